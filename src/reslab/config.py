@@ -1,0 +1,113 @@
+"""Typed configuration of the model. Fields left as None take the design's default.
+
+`reslab.model.registry.resolve` fills those defaults and refuses meaningless combinations; the
+checks here are the ones that hold for every design (shapes, ranges).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from .errors import ConfigError
+from .model.prores import SCHEDULE_NAMES
+from .typed import from_dict
+
+Norm = Literal["layernorm", "rmsnorm", "none"]
+Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier"]
+MLPKind = Literal["gelu", "gelu-tanh", "relu", "swiglu"]
+Positions = Literal["learned", "rope", "none"]
+GainMode = Literal["runtime", "init"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    design: str = "pre-ln"            # block design, see `reslab variants`
+    vocab_size: int = 65
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    block_size: int = 256             # longest context the model accepts
+    dropout: float = 0.0              # attention-probability and branch-output dropout
+    bias: bool = True                 # biases in Linear layers and LayerNorm
+    tie_weights: bool = True          # head shares the token-embedding matrix
+    pos: Positions = "learned"        # learned absolute positions, rotary (RoPE), or none
+    rope_base: float = 10000.0
+    mlp: MLPKind = "gelu"
+    mlp_ratio: float = 4.0            # hidden width / n_embd (SwiGLU: 2/3 of it, rounded to 8)
+    norm: Optional[Norm] = None       # design default: layernorm (rezero: none)
+    norm_eps: float = 1e-5
+    init: Optional[Init] = None       # design default: gpt2 (deepnorm: deepnorm, sas*: identity)
+    init_std: float = 0.02
+    # Partial-residual flags (study 000): keep the skip of the attention / MLP sublayer.
+    attn_res: Optional[bool] = None
+    ffn_res: Optional[bool] = None
+    # Branch gain g multiplies the BRANCH output, never the skip. runtime: g * F(...) in every
+    # forward; init: the branch's output weights are multiplied by g once at initialisation.
+    branch_gain: float = 1.0
+    gain_mode: GainMode = "runtime"
+    # ProRes (study 004): alpha(l, t) multiplies both branch outputs of layer l.
+    prores: str = "none"
+    prores_warmup: int = 1000         # T, per-layer warmup length in optimizer steps
+    embed_norm: Optional[bool] = None     # a norm on the embedding (peri-ln default: on)
+    shaped_attention: Optional[bool] = None  # beta*softmax + alpha*I - gamma*C (sas, sas-p)
+    vp_identity: Optional[bool] = None       # value and projection fixed to identity (sas, sas-p)
+    norm_free: bool = False           # sas / sas-p: drop every norm except the first layer's
+    sas_ff_gain: float = 0.1          # sas / sas-p: initial b_FF, the trainable MLP-branch gain
+    resi_dual_scale: float = 1.0      # resi-dual: s, bounds the dual stream for fp16; no effect on f32
+    mix_ln_post_layers: Optional[int] = None  # mix-ln: how many first layers are post-ln (ceil(L/4))
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def mlp_hidden(self) -> int:
+        hidden = self.mlp_ratio * self.n_embd
+        if self.mlp == "swiglu":
+            return int(8 * round(hidden * 2 / 3 / 8)) or 8
+        return int(round(hidden))
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, prefix: str = "model") -> "ModelConfig":
+        return from_dict(cls, data, prefix)
+
+
+def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
+    """Errors that hold for every design: sizes, ranges, divisibility."""
+    errors = []
+    for name in ("vocab_size", "n_layer", "n_head", "n_embd", "block_size"):
+        if getattr(cfg, name) < 1:
+            errors.append(f"{prefix}.{name}: must be a positive integer, got {getattr(cfg, name)}")
+    if cfg.n_head >= 1 and cfg.n_embd >= 1 and cfg.n_embd % cfg.n_head:
+        errors.append(f"{prefix}.n_head: {cfg.n_head} heads do not divide n_embd={cfg.n_embd}; "
+                      f"choose a divisor of {cfg.n_embd}")
+    elif cfg.pos == "rope" and cfg.n_head >= 1 and cfg.head_dim % 2:
+        errors.append(f"{prefix}.pos: rope needs an even head size, got n_embd/n_head={cfg.head_dim}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        errors.append(f"{prefix}.dropout: must be in [0, 1), got {cfg.dropout}")
+    if not cfg.mlp_ratio > 0:
+        errors.append(f"{prefix}.mlp_ratio: must be positive, got {cfg.mlp_ratio}")
+    for name in ("norm_eps", "init_std", "rope_base", "resi_dual_scale"):
+        if not getattr(cfg, name) > 0:
+            errors.append(f"{prefix}.{name}: must be positive, got {getattr(cfg, name)}")
+    if not (cfg.branch_gain > 0 and cfg.branch_gain < float("inf")):
+        errors.append(f"{prefix}.branch_gain: must be a positive finite number, got {cfg.branch_gain}")
+    if cfg.prores not in SCHEDULE_NAMES:
+        errors.append(f"{prefix}.prores: unknown schedule {cfg.prores!r}; choose one of "
+                      f"{', '.join(SCHEDULE_NAMES)}")
+    if cfg.prores_warmup < 0:
+        errors.append(f"{prefix}.prores_warmup: must be >= 0, got {cfg.prores_warmup}")
+    return errors
+
+
+def raise_if(errors: list[str]) -> None:
+    if errors:
+        raise ConfigError(errors)

@@ -1,0 +1,49 @@
+"""What every block is built from: attention, MLP, norms and residual points, all from the config."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ...config import ModelConfig
+from ..attention import CausalSelfAttention
+from ..mlp import MLP
+from ..norms import make_norm
+from ..residual import Residual
+
+
+class Block(nn.Module):
+    """A decoder layer. `layer` counts from 1, as in the papers' formulas."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.n_layer = cfg.n_layer
+
+    def reset_parameters(self) -> None:
+        """Initialise the design's own scalars and gains (weights are set by the init scheme)."""
+
+    def residuals(self) -> list[Residual]:
+        return [m for m in self.modules() if isinstance(m, Residual)]
+
+
+def attention(cfg: ModelConfig, layer: int) -> CausalSelfAttention:
+    if cfg.vp_identity:
+        value = "identity+linear" if layer == 1 else "identity"
+    else:
+        value = "linear"
+    return CausalSelfAttention(
+        cfg.n_embd, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout, shaped=bool(cfg.shaped_attention),
+        value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None)
+
+
+def mlp(cfg: ModelConfig) -> MLP:
+    return MLP(cfg.n_embd, cfg.mlp_hidden, cfg.mlp, bias=cfg.bias, dropout=cfg.dropout)
+
+
+def norm(cfg: ModelConfig, kind: str | None = None) -> nn.Module:
+    return make_norm(kind or cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps)
+
+
+def residual(cfg: ModelConfig, skip: bool = True) -> Residual:
+    gain = cfg.branch_gain if cfg.gain_mode == "runtime" else 1.0
+    return Residual(skip=skip, gain=gain, prores=cfg.prores != "none")

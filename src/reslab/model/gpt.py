@@ -1,0 +1,146 @@
+"""The GPT-style decoder: embeddings -> residual stream through the blocks -> head.
+
+    emb  = wte(tokens) + wpe(positions)          (no wpe with rope or pos = "none")
+    h    = stream.enter(dropout(emb))            single stream, or ResiDual's (xa, xd)
+    h    = block_L( ... block_1(h))              each block is the design's formula
+    y    = stream.exit(h)                        final norm / ResiDual's xa + N(xd) / nothing
+    logits = head(y)                             head = wte^T when weights are tied
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from .init import init_weights
+from .norms import make_norm
+from .prores import prores_alpha, warmup_finished
+from .registry import get_design, resolve
+
+
+class SingleStream(nn.Module):
+    """x_0 = N_emb(emb) if embed_norm;  head input = N_final(x_L) if the design has a final norm."""
+
+    def __init__(self, cfg: ModelConfig, final_norm: bool):
+        super().__init__()
+        self.embed_norm = make_norm(cfg.norm if cfg.embed_norm else "none", cfg.n_embd,
+                                    bias=cfg.bias, eps=cfg.norm_eps)
+        norm_free = cfg.norm_free  # sas / sas-p without norms keep only the first layer's
+        self.final_norm = make_norm(cfg.norm if final_norm and not norm_free else "none", cfg.n_embd,
+                                    bias=cfg.bias, eps=cfg.norm_eps)
+
+    def enter(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.embed_norm(emb)
+
+    def exit(self, x: torch.Tensor) -> torch.Tensor:
+        return self.final_norm(x)
+
+
+class DualStream(nn.Module):
+    """ResiDual: xa = emb, xd = s*emb;  head input y = xa + N_final(xd).
+
+    N_final's eps is multiplied by s^2, so N_final(s*z) = N_final(z) exactly: s bounds the
+    magnitude of xd (for fp16) without changing the function."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.s = cfg.resi_dual_scale
+        self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.s ** 2)
+
+    def enter(self, emb: torch.Tensor):
+        return emb, self.s * emb
+
+    def exit(self, stream) -> torch.Tensor:
+        xa, xd = stream
+        return xa + self.final_norm(xd)
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        super().__init__()
+        cfg = resolve(cfg)
+        self.config = cfg
+        self.design = get_design(cfg.design)
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.stream = DualStream(cfg) if self.design.stream == "dual" else SingleStream(cfg, self.design.final_norm)
+        self.blocks = nn.ModuleList(self.design.block(cfg, layer) for layer in range(1, cfg.n_layer + 1))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        self.prores_step = 0
+        self.init_weights(seed)
+
+    # ---- initialisation and ProRes -------------------------------------------------------------
+    def init_weights(self, seed: int = 0) -> None:
+        """(Re)initialise every parameter and buffer from `seed` alone (also after meta-device build)."""
+        init_weights(self, self.config, torch.Generator().manual_seed(seed))
+        self.set_step(0)
+
+    def set_step(self, t: int) -> None:
+        """Tell the model how many optimizer updates are done; sets every ProRes alpha(l, t)."""
+        self.prores_step = t
+        cfg = self.config
+        if cfg.prores == "none":
+            return
+        for block in self.blocks:
+            alpha = prores_alpha(cfg.prores, block.layer, t, cfg.n_layer, cfg.prores_warmup)
+            for r in block.residuals():
+                r.set_alpha(alpha)
+
+    def prores_alphas(self) -> list[float]:
+        """alpha of every layer at the current step (all 1.0 without ProRes)."""
+        cfg = self.config
+        return [prores_alpha(cfg.prores, l, self.prores_step, cfg.n_layer, cfg.prores_warmup)
+                for l in range(1, cfg.n_layer + 1)]
+
+    def prores_finished(self) -> bool:
+        cfg = self.config
+        return warmup_finished(cfg.prores, self.prores_step, cfg.n_layer, cfg.prores_warmup)
+
+    # ---- forward ---------------------------------------------------------------------------------
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        return self.drop(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """Logits (B, T, V); with targets, also the mean cross-entropy loss."""
+        h = self.stream.enter(self.embed(idx))
+        for block in self.blocks:
+            h = block(h)
+        logits = self.lm_head(self.stream.exit(h))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    # ---- sizes -----------------------------------------------------------------------------------
+    def param_counts(self) -> dict[str, int]:
+        """total; embedding = wte + wpe (+ head when untied); non_embedding = the rest."""
+        total = sum(p.numel() for p in self.parameters())  # a tied head is counted once
+        embedding = self.wte.weight.numel()
+        if self.wpe is not None:
+            embedding += self.wpe.weight.numel()
+        if not self.config.tie_weights:
+            embedding += self.lm_head.weight.numel()
+        return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        for _ in range(max_new_tokens):
+            logits = self(idx[:, -self.config.block_size:])[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx

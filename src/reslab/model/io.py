@@ -1,0 +1,89 @@
+"""Model files: weights as safetensors, the resolved config as JSON. No pickle anywhere.
+
+A model folder holds
+    model.safetensors   every parameter and persistent buffer (a tied head is stored once)
+    model.json          {"format": "reslab-model", "version": 1, "config": {...}, "prores_step": t}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..config import ModelConfig
+from ..errors import ConfigError, ReslabError
+from ..fileio import atomic_path, write_json
+from .gpt import GPT
+
+FORMAT, VERSION = "reslab-model", 1
+WEIGHTS, META = "model.safetensors", "model.json"
+
+
+def model_state(model: GPT) -> dict[str, torch.Tensor]:
+    """state_dict without the tied head (it is wte), contiguous, ready for safetensors."""
+    state = model.state_dict()
+    if model.config.tie_weights:
+        state.pop("lm_head.weight", None)
+    return {k: v.detach().contiguous() for k, v in state.items()}
+
+
+def save_model(model: GPT, folder: str | Path) -> Path:
+    folder = Path(folder)
+    with atomic_path(folder / WEIGHTS) as tmp:
+        save_file(model_state(model), str(tmp))
+    write_json(folder / META, {"format": FORMAT, "version": VERSION,
+                               "config": model.config.to_dict(), "prores_step": model.prores_step})
+    return folder
+
+
+def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict]:
+    meta_path = Path(folder) / META
+    if not meta_path.is_file():
+        raise ReslabError(f"{meta_path}: not found; a reslab model folder holds {META} and {WEIGHTS}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReslabError(f"{meta_path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ReslabError(f"{meta_path}: not a reslab model file (format must be {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise ReslabError(f"{meta_path}: version {meta.get('version')!r} is not supported (expected {VERSION})")
+    try:
+        cfg = ModelConfig.from_dict(meta.get("config"), prefix=f"{meta_path}: config")
+    except ConfigError as e:
+        raise ReslabError(e.errors[0]) from None
+    return cfg, meta
+
+
+def load_model(folder: str | Path, map_location: str = "cpu") -> GPT:
+    """Build the model from model.json and load its weights; every mismatch is one clear error."""
+    folder = Path(folder)
+    cfg, meta = read_model_config(folder)
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        raise ReslabError(f"{weights}: not found")
+    try:
+        state = load_file(str(weights), device=map_location)
+    except (SafetensorError, OSError) as e:
+        raise ReslabError(f"{weights}: cannot be read as safetensors ({e})") from None
+    model = GPT(cfg)
+    load_weights(model, state, str(weights))
+    model.set_step(int(meta.get("prores_step", 0)))
+    return model
+
+
+def load_weights(model: GPT, state: dict[str, torch.Tensor], where: str) -> None:
+    expected = model_state(model)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ReslabError(f"{where}: weights do not match the config (missing: {missing[:3]}, "
+                          f"unexpected: {unexpected[:3]})")
+    for k, v in expected.items():
+        if state[k].shape != v.shape:
+            raise ReslabError(f"{where}: {k} has shape {tuple(state[k].shape)}, config needs {tuple(v.shape)}")
+    model.load_state_dict(state, strict=False)

@@ -1,0 +1,100 @@
+"""Build frozen dataclasses from plain dicts (TOML, JSON, --set), reporting every bad field.
+
+Only the field types reslab uses are supported: bool, int, float, str, Literal[...], Optional[...]
+and nested dataclasses. Each error names the dotted path of its field, so a user can find it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Union
+
+from .errors import ConfigError
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            out = _check_value(arg, value, path, trial)
+            if not trial:
+                return out
+        errors.append(f"{path}: expected {_describe(tp)}, got {value!r}")
+        return value
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+            errors.append(f"{path}: {value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a table of {tp.__name__} fields, got {value!r}")
+            return value
+        return _build(tp, value, path, errors)
+    if tp is bool:
+        if not isinstance(value, bool):
+            errors.append(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append(f"{path}: expected a number, got {value!r}")
+            return value
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            errors.append(f"{path}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"typed.py does not support field type {tp!r}")  # a bug in reslab, not user input
+
+
+def _build(cls: type, data: dict, prefix: str, errors: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in fields:
+            errors.append(f"{path}: unknown key; allowed keys are {', '.join(sorted(fields))}")
+            continue
+        kwargs[key] = _check_value(hints[key], value, path, errors)
+    if errors:
+        return None
+    return cls(**kwargs)
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """cls(**data) with every unknown key and wrongly typed value reported at once."""
+    errors: list[str] = []
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a table, got {data!r}")
+    obj = _build(cls, data, prefix, errors)
+    if errors:
+        raise ConfigError(errors)
+    return obj
+
+
+def to_dict(obj: Any) -> dict:
+    return dataclasses.asdict(obj)
