@@ -77,6 +77,8 @@ class GPT(nn.Module):
     # ---- initialisation and ProRes -------------------------------------------------------------
     def init_weights(self, seed: int = 0) -> None:
         """(Re)initialise every parameter and buffer from `seed` alone (also after meta-device build)."""
+        if self.config.tie_weights:  # moving off the meta device gives each module its own tensor
+            self.lm_head.weight = self.wte.weight
         init_weights(self, self.config, torch.Generator().manual_seed(seed))
         self.set_step(0)
 

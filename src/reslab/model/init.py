@@ -7,7 +7,8 @@ does not depend on (or disturb) the global RNG that data order or dropout might 
     identity   gpt2, then W_Q = 0 (shaped attention = I) and the extra first-layer W_V = 0  (SAS)
     xavier     Xavier-normal everywhere in the blocks (the setting of Xiong et al. 2020)
 Embeddings (and an untied head) are N(0, std) in every scheme; biases are 0; norms are 1 and 0.
-After the scheme, gain_mode = "init" multiplies each branch's output weights by branch_gain.
+After the scheme, gain_mode = "init" multiplies each branch's last affine map (W_P and W2, or
+the output norm of sandwich / peri-ln) by branch_gain.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from .attention import CausalSelfAttention
-from .blocks.base import Block
+from .blocks.base import Block, output_projections
 from .blocks.post_norm import deepnorm_beta
 from .mlp import MLP
 
@@ -54,11 +55,6 @@ def _branch_weights(block: Block) -> tuple[list, list]:
     return qk, vo
 
 
-def _output_projections(block: Block) -> list[nn.Linear]:
-    return [m.c_proj for m in block.modules() if isinstance(m, (CausalSelfAttention, MLP))
-            and isinstance(m.c_proj, nn.Linear)]
-
-
 @torch.no_grad()
 def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
     """Write every parameter of a GPT model according to cfg.init (cfg is resolved)."""
@@ -78,7 +74,7 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
     for block in model.blocks:
         qk, vo = _branch_weights(block)
         if cfg.init == "gpt2" or cfg.init == "identity":
-            for proj in _output_projections(block):
+            for proj in output_projections(block):
                 _normal_(proj.weight, std / math.sqrt(2 * L), g)
         elif cfg.init in ("deepnorm", "t-fixup", "xavier"):
             scale = {"deepnorm": deepnorm_beta(L), "t-fixup": 0.67 * L ** -0.25, "xavier": 1.0}[cfg.init]
@@ -93,7 +89,7 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
                     if m.value == "identity+linear":
                         m.c_v.weight.zero_()
         if cfg.gain_mode == "init" and cfg.branch_gain != 1.0:
-            for proj in _output_projections(block):
+            for proj in block.branch_outputs():
                 proj.weight.mul_(cfg.branch_gain)
                 if proj.bias is not None:
                     proj.bias.mul_(cfg.branch_gain)

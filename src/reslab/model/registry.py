@@ -121,9 +121,6 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
                           f"for a norm-free pre-ln); not {d.name}")
         if cfg.sas_ff_gain != ModelConfig.sas_ff_gain:
             errors.append(f"model.sas_ff_gain: only sas and sas-p have b_FF; not {d.name}")
-    if cfg.norm_free and cfg.norm == "none":
-        errors.append("model.norm_free: norm is already 'none'; norm_free keeps the first layer's norm, "
-                      "so choose norm = 'layernorm' or 'rmsnorm'")
     if d.stream != "dual" and cfg.resi_dual_scale != 1.0:
         errors.append(f"model.resi_dual_scale: only resi-dual has a dual stream; not {d.name}")
     if d.name != "mix-ln" and given.mix_ln_post_layers is not None:

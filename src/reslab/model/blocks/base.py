@@ -22,8 +22,19 @@ class Block(nn.Module):
     def reset_parameters(self) -> None:
         """Initialise the design's own scalars and gains (weights are set by the init scheme)."""
 
+    def branch_outputs(self) -> list[nn.Module]:
+        """The last affine map of each branch (weight, bias), which init-mode gains scale: W_P and W2.
+        Blocks that normalise a branch's output override this with that norm."""
+        return output_projections(self)
+
     def residuals(self) -> list[Residual]:
         return [m for m in self.modules() if isinstance(m, Residual)]
+
+
+def output_projections(block: nn.Module) -> list[nn.Linear]:
+    """W_P of the attention (absent with vp identity) and W2 of the MLP."""
+    return [m.c_proj for m in block.modules() if isinstance(m, (CausalSelfAttention, MLP))
+            and isinstance(m.c_proj, nn.Linear)]
 
 
 def attention(cfg: ModelConfig, layer: int) -> CausalSelfAttention:

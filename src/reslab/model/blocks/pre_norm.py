@@ -52,6 +52,10 @@ class SandwichBlock(base.Block):
         self.mlp_norm_in, self.mlp, self.mlp_norm_out = base.norm(cfg), base.mlp(cfg), base.norm(cfg)
         self.attn_residual, self.mlp_residual = base.residual(cfg, cfg.attn_res), base.residual(cfg, cfg.ffn_res)
 
+    def branch_outputs(self):
+        # N_out would undo a scaled W_P / W2, so an init-mode gain scales N_out's affine instead.
+        return [self.attn_norm_out, self.mlp_norm_out]
+
     def forward(self, x):
         x = self.attn_residual(x, self.attn_norm_out(self.attn(self.attn_norm_in(x))))
         x = self.mlp_residual(x, self.mlp_norm_out(self.mlp(self.mlp_norm_in(x))))

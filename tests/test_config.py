@@ -1,0 +1,126 @@
+"""Config validation: unknown names, impossible shapes and meaningless combinations are refused
+with one line per problem that names the field; the CLI exits 2 without a traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reslab import ConfigError, ModelConfig, resolve
+from reslab.cli import main, parse_set
+
+BAD = [
+    ({"design": "pre-lm"}, "model.design: unknown design 'pre-lm'; choose one of pre-ln"),
+    ({"n_head": 5}, "model.n_head: 5 heads do not divide n_embd=384"),
+    ({"n_layer": 0}, "model.n_layer: must be a positive integer"),
+    ({"dropout": 1.5}, "model.dropout: must be in [0, 1)"),
+    ({"prores": "cubic"}, "model.prores: unknown schedule 'cubic'; choose one of none, linear"),
+    ({"prores_warmup": -1}, "model.prores_warmup: must be >= 0"),
+    ({"branch_gain": 0.0}, "model.branch_gain: must be a positive finite number"),
+    ({"design": "rezero", "norm": "layernorm"}, "model.norm: rezero allows 'none'"),
+    ({"design": "post-ln", "norm": "none"}, "model.norm: post-ln allows 'layernorm', 'rmsnorm'"),
+    ({"design": "resi-dual", "prores": "linear"}, "model.prores: ProRes composes with pre-ln"),
+    ({"design": "b2t", "attn_res": False}, "model.attn_res: b2t has a fixed skip structure"),
+    ({"design": "sas-p", "ffn_res": True}, "model.ffn_res: sas-p has a fixed skip structure"),
+    ({"design": "post-ln", "shaped_attention": True}, "model.shaped_attention: only pre-ln, sas and sas-p"),
+    ({"design": "pre-ln", "norm_free": True}, "model.norm_free: only sas and sas-p"),
+    ({"design": "sas", "gain_mode": "init", "branch_gain": 2.0}, "model.gain_mode: 'init' scales"),
+    ({"design": "pre-ln", "init": "identity"}, "model.init: 'identity' makes shaped attention"),
+    ({"design": "pre-ln", "init": "t-fixup"}, "model.init: 't-fixup' replaces normalisation"),
+    ({"design": "pre-ln", "resi_dual_scale": 0.5}, "model.resi_dual_scale: only resi-dual"),
+    ({"design": "mix-ln", "n_layer": 4, "mix_ln_post_layers": 5}, "model.mix_ln_post_layers: must be in 0..n_layer=4"),
+    ({"design": "pre-ln", "mix_ln_post_layers": 1}, "model.mix_ln_post_layers: only mix-ln"),
+    ({"pos": "rope", "n_embd": 30, "n_head": 10}, "model.pos: rope needs an even head size"),
+]
+
+
+@pytest.mark.parametrize("fields,message", BAD)
+def test_bad_configs_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ConfigError) as err:
+        resolve(ModelConfig.from_dict(fields))
+    assert any(line.startswith(message) for line in err.value.errors), err.value.errors
+
+
+def test_type_errors_and_unknown_keys_are_all_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        ModelConfig.from_dict({"n_layer": "six", "n_heads": 4, "bias": 1, "mlp": "tanh"})
+    text = "\n".join(err.value.errors)
+    assert len(err.value.errors) == 4
+    assert "model.n_layer: expected an integer, got 'six'" in text
+    assert "model.n_heads: unknown key" in text
+    assert "model.bias: expected true or false, got 1" in text
+    assert "model.mlp: 'tanh' is not allowed; choose one of 'gelu', 'gelu-tanh', 'relu', 'swiglu'" in text
+
+
+def test_several_problems_give_several_lines():
+    with pytest.raises(ConfigError) as err:
+        resolve(ModelConfig(design="post-ln", norm="none", prores="linear", norm_free=True))
+    assert len(err.value.errors) == 2  # norm and norm_free; post-ln takes ProRes
+
+
+def test_design_defaults_are_filled():
+    cfg = resolve(ModelConfig(design="sas", n_layer=8))
+    assert (cfg.init, cfg.attn_res, cfg.ffn_res, cfg.shaped_attention, cfg.vp_identity) == \
+        ("identity", False, True, True, True)
+    assert resolve(ModelConfig(design="deepnorm")).init == "deepnorm"
+    assert resolve(ModelConfig(design="rezero")).norm == "none"
+    assert resolve(ModelConfig(design="peri-ln")).embed_norm is True
+    assert resolve(ModelConfig(design="mix-ln", n_layer=10)).mix_ln_post_layers == 3
+    assert resolve(ModelConfig(design="pre-ln", init="xavier")).init == "xavier"
+
+
+def test_resolved_config_round_trips_through_json():
+    cfg = resolve(ModelConfig(design="mix-ln", prores="sqrt"))
+    assert resolve(ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))) == cfg
+
+
+def test_parse_set_reads_toml_values_and_bare_strings():
+    assert parse_set(["model.n_layer=12", "model.design=post-ln", "model.bias=false", "model.dropout=0.1"]) == \
+        {"model": {"n_layer": 12, "design": "post-ln", "bias": False, "dropout": 0.1}}
+
+
+def test_cli_bad_config_prints_one_line_and_exits_2(capsys):
+    assert main(["model", "--set", "model.n_head=5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["reslab: error: model.n_head: 5 heads do not divide n_embd=384; choose a divisor of 384"]
+
+
+def test_cli_bad_toml_file(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text("[model\nn_layer = 3\n")
+    assert main(["model", "--config", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"reslab: error: {f}: not valid TOML")
+    assert main(["model", "--config", str(tmp_path / "missing.toml")]) == 2
+    f.write_text("[model]\nn_layer = 3\n[train]\nsteps = 3\n")
+    assert main(["model", "--config", str(f)]) == 2
+
+
+def test_cli_model_shows_resolved_config(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text('[model]\ndesign = "sas-p"\nn_layer = 3\nn_embd = 64\nn_head = 4\n')
+    assert main(["model", "--config", str(f), "--set", "model.norm_free=true", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["norm_free"] is True and out["config"]["init"] == "identity"
+    assert out["params"]["total"] > out["params"]["non_embedding"] > 0
+
+
+def test_real_process_exit_status_and_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "reslab.cli", "model", "--set", "model.design=nope"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_variants_lists_every_design(capsys):
+    import reslab
+
+    assert main(["variants", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == reslab.designs()
+    assert all(r["formula"] and r["reference"] for r in rows)
+    assert main(["variants"]) == 0
+    text = capsys.readouterr().out
+    assert "x = N(a*x + F(x)), a = (2L)^(1/4)" in text
