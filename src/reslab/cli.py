@@ -71,6 +71,28 @@ def load_model_config(config_path: str | None, sets: list[str]):
     return resolve(ModelConfig.from_dict(data.get("model", {}), prefix="model"))
 
 
+def load_run_config(config_path: str | None, preset: str | None, sets: list[str]):
+    """Preset, then config file, then --set overrides, validated as one RunConfig."""
+    from .train.config import build_run_config, preset_path
+
+    data: dict = {}
+    where = "config"
+    if preset:
+        data = read_toml(str(preset_path(preset)))
+        where = f"preset {preset}"
+    if config_path:
+        data = merge(data, read_toml(config_path))
+        where = config_path
+    return build_run_config(merge(data, parse_set(sets)), where=where)
+
+
+def config_hash(cfg) -> str:
+    import hashlib
+
+    text = json.dumps(cfg.to_dict(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 # ---- verbs -----------------------------------------------------------------------------------------
 def cmd_variants(args) -> None:
     from .model.registry import DESIGNS
@@ -100,6 +122,43 @@ def cmd_model(args) -> None:
     print(f"{'params':<20} total {counts['total']:,}, non-embedding {counts['non_embedding']:,}")
 
 
+def cmd_train(args) -> None:
+    from .train.loop import train
+
+    cfg = load_run_config(args.config, args.preset, args.set)
+    out = Path(args.out) if args.out else Path("runs") / f"{cfg.name}-{config_hash(cfg)}"
+    result = train(cfg, out, log=lambda msg: print(msg, file=sys.stderr))
+    best = f"{result.best_val_loss:.4f}" if result.best_val_loss is not None else "n/a"
+    print(f"{result.status} at step {result.step}; best val loss {best}", file=sys.stderr)
+    print(result.path)
+    if result.status != "completed":
+        raise SystemExit(3)
+
+
+def cmd_sample(args) -> None:
+    from .train.sample import sample
+
+    print(sample(args.run, prompt=args.prompt, tokens=args.tokens, temperature=args.temperature,
+                 top_k=args.top_k, seed=args.seed, which=args.checkpoint))
+
+
+def cmd_data_prepare(args) -> None:
+    from .data import prepare_dataset
+
+    cfg = load_run_config(args.config, args.preset, args.set)
+    prepared = prepare_dataset(cfg.data, out_dir=args.out, progress=True,
+                               log=lambda msg: print(msg, file=sys.stderr))
+    print(json.dumps(prepared.meta, indent=2))
+
+
+def cmd_presets(args) -> None:
+    from .train.config import preset_names, preset_path
+
+    for name in preset_names():
+        first = preset_path(name).read_text().splitlines()[0].lstrip("# ")
+        print(f"{name:<22} {first}")
+
+
 def cmd_export_hf(args) -> None:
     from .hf import export_hf
 
@@ -111,7 +170,10 @@ def cmd_import_hf(args) -> None:
     from .hf import import_hf
     from .model.io import save_model
 
-    print(save_model(import_hf(args.hf_folder), args.out))
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or set(p.name for p in out.iterdir()) - {"model.json", "model.safetensors"}):
+        raise ReslabError(f"{out}: exists and is not a reslab model folder; choose an empty or new folder")
+    print(save_model(import_hf(args.hf_folder), out))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +190,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override, e.g. --set model.design=post-ln (repeatable)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_model)
+
+    def run_config_args(parser):
+        parser.add_argument("config", nargs="?", help="TOML file with [model] [data] [optim] [train] tables")
+        parser.add_argument("--preset", help="start from a built-in preset (see `reslab presets`)")
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override, e.g. --set train.steps=500 (repeatable)")
+
+    t = sub.add_parser("train", help="train one run; resumes its run folder if it was interrupted")
+    run_config_args(t)
+    t.add_argument("--out", help="run folder (default: runs/<name>-<config hash>)")
+    t.set_defaults(func=cmd_train)
+
+    sp = sub.add_parser("sample", help="generate text from a run folder or model folder")
+    sp.add_argument("run", help="run folder (uses its best checkpoint) or model folder")
+    sp.add_argument("--prompt", default="\n")
+    sp.add_argument("--tokens", type=int, default=300)
+    sp.add_argument("--temperature", type=float, default=0.8)
+    sp.add_argument("--top-k", type=int, default=200)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--checkpoint", choices=["best", "last"], default="best")
+    sp.set_defaults(func=cmd_sample)
+
+    dp = sub.add_parser("data", help="prepare token shards")
+    dsub = dp.add_subparsers(dest="data_verb", required=True, parser_class=_Parser)
+    prep = dsub.add_parser("prepare", help="tokenize a corpus into train/val shards (cached)")
+    run_config_args(prep)
+    prep.add_argument("--out", help="output folder (default: the data cache)")
+    prep.set_defaults(func=cmd_data_prepare)
+
+    pr = sub.add_parser("presets", help="list the built-in run presets")
+    pr.set_defaults(func=cmd_presets)
 
     e = sub.add_parser("export", help="convert a reslab model to another library's format")
     esub = e.add_subparsers(dest="target", required=True, parser_class=_Parser)
