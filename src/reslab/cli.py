@@ -122,7 +122,7 @@ def cmd_model(args) -> None:
     print(f"{'params':<20} total {counts['total']:,}, non-embedding {counts['non_embedding']:,}")
 
 
-def cmd_train(args) -> None:
+def cmd_train(args) -> int:
     from .train.loop import train
 
     cfg = load_run_config(args.config, args.preset, args.set)
@@ -131,8 +131,7 @@ def cmd_train(args) -> None:
     best = f"{result.best_val_loss:.4f}" if result.best_val_loss is not None else "n/a"
     print(f"{result.status} at step {result.step}; best val loss {best}", file=sys.stderr)
     print(result.path)
-    if result.status != "completed":
-        raise SystemExit(3)
+    return 0 if result.status == "completed" else 3  # 3: the run diverged
 
 
 def cmd_sample(args) -> None:
@@ -241,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        args.func(args)
+        status = args.func(args)
     except ReslabError as e:
         for line in e.lines():
             print(f"reslab: error: {line}", file=sys.stderr)
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("reslab: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -137,9 +137,11 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 vocab_limit: int | None = None) -> torch.Tensor:
+        """Sample tokens; vocab_limit keeps ids below the tokenizer's size when the model's is larger."""
         for _ in range(max_new_tokens):
-            logits = self(idx[:, -self.config.block_size:])[:, -1, :] / max(temperature, 1e-8)
+            logits = self(idx[:, -self.config.block_size:])[:, -1, :vocab_limit] / max(temperature, 1e-8)
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
                 logits = logits.masked_fill(logits < kth, float("-inf"))

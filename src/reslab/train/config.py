@@ -1,0 +1,148 @@
+"""The run configuration: [model], [data], [optim], [train] tables of one TOML file.
+
+Every field has a default; a preset is a TOML file in reslab/presets; `--set table.key=value`
+overrides either. Loading reports every problem in the file at once, each with its path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+from ..config import ModelConfig
+from ..data.config import DataConfig
+from ..data.config import check as check_data
+from ..errors import ConfigError, ReslabError
+from ..model.registry import resolve as resolve_model
+from ..typed import from_dict
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3
+    min_lr: float = 1e-4               # floor of the cosine / WSD decay
+    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
+    warmup_steps: int = 100            # linear warmup from 0 (0 = none)
+    decay_steps: Optional[int] = None  # cosine reaches min_lr here (default: train.steps)
+    wsd_decay_fraction: float = 0.2    # WSD: last fraction of the run decays linearly to min_lr
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.1          # on matrices only: never on norms, biases, gains
+    embedding_decay: bool = True       # also decay token / position embeddings (nanoGPT does)
+    grad_clip: float = 1.0             # global gradient-norm clip; 0 switches clipping off
+    fused: Optional[bool] = None       # fused AdamW (default: on CUDA)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000                  # optimizer updates
+    batch_size: int = 12               # sequences per micro-batch (per process)
+    grad_accum: int = 1                # micro-batches per update (per process)
+    eval_interval: int = 250
+    eval_iters: int = 20               # batches per evaluation
+    eval_batch_size: Optional[int] = None  # default: batch_size
+    eval_mode: Literal["fixed", "random"] = "fixed"
+    eval_seed: int = 99991
+    log_interval: int = 1              # train-loss lines in metrics.jsonl every n updates
+    checkpoint_interval: Optional[int] = None  # default: eval_interval; 0 = only at the end
+    keep_checkpoints: int = 2          # newest k step checkpoints kept (the best is kept apart)
+    seed: int = 1337                   # init, data order and dropout streams derive from it
+    init_seed: Optional[int] = None    # override one stream's seed
+    data_seed: Optional[int] = None
+    dropout_seed: Optional[int] = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA
+    compile: bool = False
+    tf32: bool = True
+    deterministic: bool = False        # framework deterministic algorithms (bit-exact reruns)
+    threads: Optional[int] = None      # CPU threads for this run
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun; fsdp is refused (not built yet)
+    progress: Literal["auto", "bar", "lines", "off"] = "auto"
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "reslab"
+    nan_at_step: Optional[int] = None  # testing aid: make the loss NaN at this update
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **tables) -> "RunConfig":
+        return dataclasses.replace(self, **tables)
+
+
+def _semantic_errors(cfg: RunConfig) -> list[str]:
+    t, o = cfg.train, cfg.optim
+    errors = []
+    for name in ("steps", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval"):
+        if getattr(t, name) < 1:
+            errors.append(f"train.{name}: must be a positive integer, got {getattr(t, name)}")
+    if t.eval_batch_size is not None and t.eval_batch_size < 1:
+        errors.append(f"train.eval_batch_size: must be positive, got {t.eval_batch_size}")
+    if t.checkpoint_interval is not None and t.checkpoint_interval < 0:
+        errors.append(f"train.checkpoint_interval: must be >= 0, got {t.checkpoint_interval}")
+    if t.keep_checkpoints < 1:
+        errors.append(f"train.keep_checkpoints: must be >= 1, got {t.keep_checkpoints}")
+    if t.threads is not None and t.threads < 1:
+        errors.append(f"train.threads: must be >= 1, got {t.threads}")
+    if t.parallel == "fsdp":
+        errors.append("train.parallel: 'fsdp' is not available yet (sharded checkpoints are not "
+                      "built); use 'ddp'")
+    if not o.lr > 0:
+        errors.append(f"optim.lr: must be positive, got {o.lr}")
+    if not 0 <= o.min_lr <= o.lr:
+        errors.append(f"optim.min_lr: must be in [0, lr={o.lr}], got {o.min_lr}")
+    if o.warmup_steps < 0:
+        errors.append(f"optim.warmup_steps: must be >= 0, got {o.warmup_steps}")
+    if o.decay_steps is not None and o.decay_steps < 1:
+        errors.append(f"optim.decay_steps: must be positive, got {o.decay_steps}")
+    if not 0 < o.wsd_decay_fraction <= 1:
+        errors.append(f"optim.wsd_decay_fraction: must be in (0, 1], got {o.wsd_decay_fraction}")
+    for name in ("beta1", "beta2"):
+        if not 0 <= getattr(o, name) < 1:
+            errors.append(f"optim.{name}: must be in [0, 1), got {getattr(o, name)}")
+    if o.weight_decay < 0 or o.grad_clip < 0 or not o.eps > 0:
+        errors.append("optim: weight_decay and grad_clip must be >= 0 and eps > 0")
+    return errors
+
+
+def build_run_config(data: dict, where: str = "config") -> RunConfig:
+    """A validated RunConfig from a nested dict; raises ConfigError listing every problem."""
+    errors: list[str] = []
+    try:
+        cfg = from_dict(RunConfig, data)
+    except ConfigError as e:
+        raise ConfigError([f"{where}: {line}" for line in e.errors]) from None
+    errors += _semantic_errors(cfg) + check_data(cfg.data)
+    try:
+        model = resolve_model(cfg.model)
+    except ConfigError as e:
+        errors += e.errors
+        model = cfg.model
+    if errors:
+        raise ConfigError([f"{where}: {line}" for line in errors])
+    return cfg.replace(model=model)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ReslabError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+    return path

@@ -1,0 +1,276 @@
+"""The training loop. One call trains one run folder to completion, resuming if it can.
+
+    for t in start .. steps:                    t = completed optimizer updates
+        evaluate at t = 0, every eval_interval, and at the end; checkpoint after evaluating
+        lr(t), model.set_step(t) (ProRes)
+        grad_accum micro-batches (step t, global micro index) -> backward
+        clip the global gradient norm; a non-finite loss or norm stops the run as "diverged"
+        optimizer step
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..data import prepare_dataset
+from ..data.batches import EvalBatches, TrainBatches
+from ..errors import ReslabError
+from ..model.gpt import GPT
+from ..progress import Progress
+from . import distributed
+from .checkpoint import complete_checkpoints, load_checkpoint, save_best, save_checkpoint
+from .config import RunConfig
+from .determinism import derive_seed, rng_state, set_determinism, set_rng_state
+from .optim import build_optimizer, learning_rate
+from .run_folder import RunFolder
+from .throughput import mfu
+
+
+@dataclass
+class RunResult:
+    status: str                 # completed / diverged
+    step: int
+    best_val_loss: float | None
+    final_val_loss: float | None
+    path: Path
+
+
+def _device(cfg: RunConfig) -> torch.device:
+    want = cfg.train.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ReslabError("train.device: 'cuda' was asked for but no CUDA device is available")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _dtype(cfg: RunConfig, device: torch.device) -> str:
+    if cfg.train.dtype != "auto":
+        if cfg.train.dtype != "float32" and device.type == "cpu":
+            raise ReslabError(f"train.dtype: {cfg.train.dtype} autocast is for CUDA; use float32 on CPU")
+        return cfg.train.dtype
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+@torch.no_grad()
+def evaluate(model, batches: list, device, autocast) -> float:
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        with autocast():
+            _, loss = model(x.to(device), y.to(device))
+        total += loss.item()
+    model.train(was_training)
+    return total / len(batches)
+
+
+def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
+    """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one)."""
+    t_cfg, o_cfg = cfg.train, cfg.optim
+    device = _device(cfg)
+    d = distributed.setup(device.type)
+    if device.type == "cuda":
+        device = torch.device("cuda", d.local_rank)
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = t_cfg.tf32
+        torch.backends.cudnn.allow_tf32 = t_cfg.tf32
+    if t_cfg.threads:
+        torch.set_num_threads(t_cfg.threads)
+    set_determinism(t_cfg.deterministic)
+    dtype = _dtype(cfg, device)
+    amp_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+    # ---- data and model ---------------------------------------------------------------------------
+    if not d.main:
+        distributed.barrier(d)  # rank 0 prepares (or finds) the shards first; the others reuse them
+    data = prepare_dataset(cfg.data, progress=d.main, log=log if d.main else (lambda *_: None))
+    if d.main:
+        distributed.barrier(d)
+    model_cfg = cfg.model
+    if model_cfg.vocab_size < data.vocab_size:
+        model_cfg = model_cfg.replace(vocab_size=data.vocab_size)
+    cfg = cfg.replace(model=model_cfg)
+    seed = t_cfg.seed
+    init_seed = t_cfg.init_seed if t_cfg.init_seed is not None else derive_seed(seed, "init")
+    data_seed = t_cfg.data_seed if t_cfg.data_seed is not None else derive_seed(seed, "data")
+    dropout_seed = t_cfg.dropout_seed if t_cfg.dropout_seed is not None else derive_seed(seed, "dropout")
+
+    folder = RunFolder(out)
+    resuming = folder.claim(cfg.to_dict()) if d.main else True
+    if d.main:
+        folder.save_tokenizer(data.tokenizer)
+    raw_model = GPT(model_cfg, seed=init_seed).to(device)
+    optimizer = build_optimizer(raw_model, o_cfg, device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "float16")
+    torch.manual_seed(dropout_seed + d.rank)  # the global RNG now feeds dropout only
+
+    train_batches = TrainBatches(data.train, t_cfg.batch_size, model_cfg.block_size, data_seed)
+    eval_batches = EvalBatches(data.val, t_cfg.eval_iters, t_cfg.eval_batch_size or t_cfg.batch_size,
+                               model_cfg.block_size, seed=t_cfg.eval_seed, mode=t_cfg.eval_mode)
+
+    start, best, final_val = 0, None, None
+    checkpoints = complete_checkpoints(folder.ckpt_dir)
+    if checkpoints:
+        state = load_checkpoint(checkpoints[-1], raw_model, optimizer)
+        start, best = state["step"], state.get("best_val_loss")
+        rngs = state["rng"]
+        set_rng_state(rngs[d.rank] if d.rank < len(rngs) else rngs[0])
+        if state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        if d.main:
+            folder.truncate_metrics(start)
+            log(f"resuming {folder.path} from step {start}")
+        evals = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r]
+        final_val = evals[-1] if evals else None
+    elif resuming and d.main:
+        folder.truncate_metrics(-1)  # killed before its first checkpoint: start again
+    if start >= t_cfg.steps and folder.read_status().get("status") in ("completed", "diverged"):
+        status = folder.read_status()
+        return RunResult(status["status"], status.get("step", start), status.get("best_val_loss"),
+                         status.get("final_val_loss"), folder.path)
+
+    model = distributed.wrap(raw_model, d, device)
+    if t_cfg.compile:
+        model = torch.compile(model)
+    if d.main:
+        folder.write_status(status="running", step=start, corpus=data.meta.get("corpus"),
+                            comparable=data.meta.get("comparable", True), device=str(device), dtype=dtype,
+                            world_size=d.world, params=raw_model.param_counts())
+    tb = _tensorboard(t_cfg, folder) if d.main else None
+
+    eval_every, ckpt_every = t_cfg.eval_interval, t_cfg.checkpoint_interval
+    ckpt_every = eval_every if ckpt_every is None else ckpt_every
+    tokens_per_step = t_cfg.batch_size * model_cfg.block_size * t_cfg.grad_accum * d.world
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    progress = Progress(t_cfg.steps, cfg.name, mode=t_cfg.progress if d.main else "off")
+    progress.update(start)
+    model.train()
+    status, diverged_at = "completed", None
+    t0, window_tokens, last_train_loss, last_val = time.perf_counter(), 0, None, None
+
+    def checkpoint_state(step: int) -> dict:
+        return {"rng": distributed.gather_objects(d, rng_state()), "best_val_loss": best,
+                "data_cursor": {"step": step, "micro": 0},
+                "scaler": scaler.state_dict() if scaler.is_enabled() else None}
+
+    try:
+        for step in range(start, t_cfg.steps + 1):
+            # ---- evaluate and checkpoint at `step` completed updates ----------------------------
+            first_of_resume = step == start and start > 0
+            if not first_of_resume and (step % eval_every == 0 or step == t_cfg.steps):
+                eval_start = time.perf_counter()
+                val = evaluate(model, eval_batches.batches(step // eval_every), device, autocast)
+                last_val = final_val = val
+                improved = best is None or val < best
+                best = val if improved else best
+                if d.main:
+                    folder.log({"step": step, "val_loss": val})
+                    progress.message(f"{cfg.name} step {step}: val loss {val:.4f}")
+                    if tb:
+                        tb.add_scalar("val/loss", val, step)
+                    if improved and step > 0:
+                        save_best(folder.ckpt_dir, step, raw_model, val)
+                save_now = step == t_cfg.steps or (ckpt_every and step % ckpt_every == 0 and step > 0)
+                state = checkpoint_state(step) if save_now else None
+                if save_now and d.main:
+                    save_checkpoint(folder.ckpt_dir, step, raw_model, optimizer, state, t_cfg.keep_checkpoints)
+                t0 += time.perf_counter() - eval_start  # throughput counts training time only
+            if step == t_cfg.steps:
+                break
+
+            # ---- one optimizer update ------------------------------------------------------------
+            lr = learning_rate(step, o_cfg, t_cfg.steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            raw_model.set_step(step)
+            loss_sum = torch.zeros((), device=device)
+            for i in range(t_cfg.grad_accum):
+                x, y = train_batches.get(step, d.rank * t_cfg.grad_accum + i)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                sync = not d.active or i == t_cfg.grad_accum - 1
+                with (contextlib.nullcontext() if sync else model.no_sync()):
+                    with autocast():
+                        _, loss = model(x, y)
+                    if t_cfg.nan_at_step is not None and step == t_cfg.nan_at_step:
+                        loss = loss * float("nan")
+                    scaler.scale(loss / t_cfg.grad_accum).backward()
+                loss_sum += loss.detach()
+            scaler.unscale_(optimizer)
+            clip = o_cfg.grad_clip if o_cfg.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip)
+            train_loss = distributed.mean_across(d, loss_sum / t_cfg.grad_accum).item()
+            grad_norm_value = float(grad_norm)
+            # fp16's grad scaler skips steps with inf gradients by design; a NaN loss is divergence.
+            if not math.isfinite(train_loss) or (not math.isfinite(grad_norm_value) and not scaler.is_enabled()):
+                status, diverged_at = "diverged", step + 1
+                break
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            last_train_loss = train_loss
+
+            # ---- log ----------------------------------------------------------------------------
+            done = step + 1
+            window_tokens += tokens_per_step
+            if d.main and (done % t_cfg.log_interval == 0 or done == t_cfg.steps):
+                elapsed = time.perf_counter() - t0
+                tps = window_tokens / elapsed if elapsed > 0 else None
+                row = {"step": done, "train_loss": train_loss, "lr": lr, "grad_norm": grad_norm_value,
+                       "tokens_per_s": tps}
+                util = mfu(tps or 0.0, raw_model, model_cfg.block_size, device_name, dtype, d.world)
+                if util is not None:
+                    row["mfu"] = util
+                if model_cfg.prores != "none":
+                    row["prores_alpha"] = raw_model.prores_alphas()
+                folder.log(row)
+                if tb:
+                    tb.add_scalar("train/loss", train_loss, done)
+                    tb.add_scalar("train/grad_norm", grad_norm_value, done)
+                progress.update(done, loss=train_loss, val=last_val, tok_s=round(tps) if tps else None)
+                t0, window_tokens = time.perf_counter(), 0
+    except BaseException as e:
+        if d.main and not isinstance(e, KeyboardInterrupt):
+            folder.write_status(status="failed", error=f"{type(e).__name__}: {e}",
+                                traceback=traceback.format_exc(limit=8))
+        raise
+    finally:
+        progress.close()
+        folder.close()
+        if tb:
+            tb.close()
+
+    final_step = diverged_at if status == "diverged" else t_cfg.steps
+    if d.main:
+        if status == "diverged":
+            progress.message(f"{cfg.name}: diverged at step {diverged_at} (non-finite loss or gradient)")
+        folder.write_status(status=status, step=final_step, best_val_loss=best,
+                            final_val_loss=final_val if status == "completed" else None,
+                            last_train_loss=last_train_loss)
+    distributed.teardown(d)
+    return RunResult(status, final_step, best, final_val if status == "completed" else None, folder.path)
+
+
+def _tensorboard(t_cfg, folder: RunFolder):
+    if not t_cfg.tensorboard:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ReslabError("train.tensorboard: the tensorboard package is not installed "
+                          "(pip install tensorboard)") from None
+    return SummaryWriter(str(folder.path / "tensorboard"))

@@ -1,0 +1,97 @@
+"""A run folder, the unit of truth for every result:
+
+    config.json      the resolved RunConfig (and reslab's version)
+    status.json      status (running / completed / diverged / failed), step, best and final val loss
+    metrics.jsonl    one JSON object per line: {"step", "train_loss", "lr", "grad_norm", ...} and
+                     {"step", "val_loss", ...} at evaluations
+    tokenizer.json   the tokenizer, for sampling
+    checkpoints/     see checkpoint.py
+
+metrics.jsonl is appended line by line (flushed); on resume it is cut back atomically to the
+checkpoint's step, so lines written after the last checkpoint of a killed run are not kept twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..errors import ReslabError
+from ..fileio import write_json, write_text
+
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.config_path = self.path / "config.json"
+        self.status_path = self.path / "status.json"
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.ckpt_dir = self.path / "checkpoints"
+        self._metrics = None
+
+    # ---- config ----
+    def claim(self, config: dict) -> bool:
+        """Write config.json for a new run, or check an existing run has the same config.
+        Returns True when the folder already held this run (resume)."""
+        if self.config_path.is_file():
+            try:
+                existing = json.loads(self.config_path.read_text())
+            except json.JSONDecodeError:
+                raise ReslabError(f"{self.config_path}: not valid JSON; move the folder away or repair it") from None
+            if existing.get("config") != config:
+                raise ReslabError(f"{self.path}: holds a run with a different config; choose another "
+                                  "--out folder (or delete this one) to start a new run")
+            return True
+        self.path.mkdir(parents=True, exist_ok=True)
+        from .. import __version__
+        write_json(self.config_path, {"reslab_version": __version__, "config": config})
+        return False
+
+    # ---- tokenizer (so `reslab sample` needs nothing but the run folder) ----
+    def save_tokenizer(self, tokenizer) -> None:
+        from ..data.tokenizers import to_json
+
+        write_json(self.path / "tokenizer.json", to_json(tokenizer))
+
+    # ---- status ----
+    def read_status(self) -> dict:
+        if not self.status_path.is_file():
+            return {}
+        try:
+            return json.loads(self.status_path.read_text())
+        except json.JSONDecodeError:
+            return {}
+
+    def write_status(self, **fields) -> None:
+        status = self.read_status()
+        status.update(fields, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        write_json(self.status_path, status)
+
+    # ---- metrics ----
+    def read_metrics(self) -> list[dict]:
+        if not self.metrics_path.is_file():
+            return []
+        rows = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+        return rows
+
+    def truncate_metrics(self, step: int) -> None:
+        """Keep the rows of updates and evaluations up to `step` completed updates."""
+        keep = [r for r in self.read_metrics() if r.get("step", -1) <= step]
+        write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
+
+    def log(self, row: dict) -> None:
+        if self._metrics is None:
+            self._metrics = open(self.metrics_path, "a", encoding="utf-8")
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None

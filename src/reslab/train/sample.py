@@ -1,0 +1,53 @@
+"""Generate text from a run folder (its best or last checkpoint) or from a model folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..errors import ReslabError
+from ..model.io import META, load_model
+from .checkpoint import complete_checkpoints, read_best
+
+
+def _model_folder(path: Path, which: str) -> tuple[Path, Path]:
+    """(model folder, folder holding tokenizer.json) for a run folder or a model folder."""
+    if (path / META).is_file():
+        return path, path
+    ckpt = path / "checkpoints"
+    best = read_best(ckpt)
+    if which == "best" and best and (ckpt / best["folder"] / META).is_file():
+        return ckpt / best["folder"], path
+    steps = complete_checkpoints(ckpt)
+    if not steps:
+        raise ReslabError(f"{path}: neither a model folder nor a run folder with a checkpoint")
+    return steps[-1], path
+
+
+def sample(path: str | Path, prompt: str = "\n", tokens: int = 300, temperature: float = 0.8,
+           top_k: int | None = 200, seed: int = 0, which: str = "best") -> str:
+    from ..data.tokenizers import from_json
+
+    model_dir, tok_dir = _model_folder(Path(path), which)
+    tok_path = tok_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise ReslabError(f"{tok_path}: not found; sampling needs the run's tokenizer")
+    try:
+        tokenizer = from_json(json.loads(tok_path.read_text()), where=str(tok_path))
+    except json.JSONDecodeError as e:
+        raise ReslabError(f"{tok_path}: not valid JSON ({e})") from None
+    if tokens < 1 or temperature <= 0:
+        raise ReslabError("--tokens must be >= 1 and --temperature > 0")
+    model = load_model(model_dir).eval()
+    try:
+        ids = tokenizer.encode(prompt)
+    except (KeyError, ValueError) as e:
+        raise ReslabError(f"--prompt: cannot be encoded by this run's tokenizer ({e})") from None
+    if not ids:
+        raise ReslabError("--prompt: encodes to no tokens")
+    idx = torch.tensor([ids], dtype=torch.long)
+    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k,
+                         generator=torch.Generator().manual_seed(seed), vocab_limit=tokenizer.vocab_size)
+    return tokenizer.decode(out[0].tolist())

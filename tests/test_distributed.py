@@ -1,0 +1,37 @@
+"""DDP on CPU: two gloo processes with one micro-batch each equal one process with two."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch.distributed as dist
+
+from tests.test_train import _losses, _vals, _write_toml
+from tests.train_helpers import tiny_run, write_corpus
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch without gloo")
+def test_ddp_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    corpus = write_corpus(tmp_path)
+    common = {"train.steps": 12, "train.eval_interval": 6, "model.dropout": 0.0, "train.batch_size": 4}
+    single = _write_toml(tmp_path / "single.toml",
+                         tiny_run(corpus, tmp_path / "cache", **common, **{"train.grad_accum": 2}))
+    ddp = _write_toml(tmp_path / "ddp.toml", tiny_run(corpus, tmp_path / "cache", **common))
+    one = subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(single), "--out", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "-m", "reslab.cli", "train", str(ddp), "--out", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 13))
+    for step in a:
+        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])
+    for step, val in _vals(tmp_path / "one").items():
+        assert abs(val - _vals(tmp_path / "two")[step]) < 1e-5
+    status = json.loads((tmp_path / "two" / "status.json").read_text())
+    assert status["status"] == "completed" and status["world_size"] == 2

@@ -1,0 +1,266 @@
+"""The training engine: golden losses, exact resume after SIGKILL, evaluation modes, divergence,
+and separation of the random streams."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from reslab.cli import main
+from reslab.data.batches import EvalBatches, TrainBatches
+from reslab.train.loop import train
+from reslab.train.optim import learning_rate, parameter_groups
+from tests.train_helpers import tiny_config, tiny_run, write_corpus
+
+GOLDEN = Path(__file__).parent / "golden" / "tiny_losses.json"
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path)
+
+
+def _losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+
+def _vals(run: Path) -> dict[int, float]:
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+
+
+# ---- golden losses -------------------------------------------------------------------------------
+def golden_config(tmp_path):
+    corpus = write_corpus(tmp_path, seed=7)
+    return tiny_config(corpus, tmp_path / "cache", **{"train.steps": 50, "train.deterministic": True,
+                                                      "train.seed": 1})
+
+
+def test_golden_losses(tmp_path):
+    """The first 50 losses of a tiny deterministic run; regenerate with `python -m tests.make_golden`
+    only when a change is meant to alter the numbers (and say so in the commit)."""
+    result = train(golden_config(tmp_path), tmp_path / "run", log=lambda *_: None)
+    losses = _losses(result.path)
+    golden = json.loads(GOLDEN.read_text())
+    assert len(losses) == 50
+    np.testing.assert_allclose([losses[s] for s in range(1, 51)], golden["train_loss"], rtol=0, atol=2e-6)
+
+
+def test_same_seed_is_bit_identical_and_another_seed_is_not(tmp_path, corpus):
+    a = train(tiny_config(corpus, tmp_path / "c"), tmp_path / "a", log=lambda *_: None)
+    b = train(tiny_config(corpus, tmp_path / "c"), tmp_path / "b", log=lambda *_: None)
+    c = train(tiny_config(corpus, tmp_path / "c", **{"train.seed": 2}), tmp_path / "x", log=lambda *_: None)
+    assert _losses(a.path) == _losses(b.path)
+    assert _losses(a.path) != _losses(c.path)
+
+
+# ---- random streams ----------------------------------------------------------------------------
+def test_eval_cadence_does_not_change_training(tmp_path, corpus):
+    a = train(tiny_config(corpus, tmp_path / "c", **{"train.eval_interval": 10}), tmp_path / "a", log=lambda *_: None)
+    b = train(tiny_config(corpus, tmp_path / "c", **{"train.eval_interval": 3, "train.eval_mode": "random"}),
+              tmp_path / "b", log=lambda *_: None)
+    assert _losses(a.path) == _losses(b.path)
+
+
+def test_init_data_and_dropout_streams_are_separate(tmp_path, corpus):
+    base = _losses(train(tiny_config(corpus, tmp_path / "c", **{"train.init_seed": 5, "train.data_seed": 6,
+                                                                "train.dropout_seed": 7}),
+                         tmp_path / "base", log=lambda *_: None).path)
+    other_init = _losses(train(tiny_config(corpus, tmp_path / "c", **{"train.init_seed": 50, "train.data_seed": 6,
+                                                                      "train.dropout_seed": 7}),
+                               tmp_path / "i", log=lambda *_: None).path)
+    assert base != other_init
+    # the batches themselves depend on the data seed alone
+    tokens = np.arange(1000) % 17
+    assert all(torch.equal(a, b) for a, b in zip(TrainBatches(tokens, 4, 8, 6).get(3, 1),
+                                                 TrainBatches(tokens, 4, 8, 6).get(3, 1)))
+
+
+def test_fixed_eval_batches_are_identical_every_time_and_across_configs():
+    tokens = np.random.default_rng(0).integers(0, 65, 5000)
+    fixed = EvalBatches(tokens, 3, 4, 16, seed=99991, mode="fixed")
+    again = EvalBatches(tokens, 3, 4, 16, seed=99991, mode="fixed")
+    for i in range(3):
+        for (x1, y1), (x2, y2) in zip(fixed.batches(0), fixed.batches(i)):
+            assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    for (x1, _), (x2, _) in zip(fixed.batches(0), again.batches(5)):
+        assert torch.equal(x1, x2)
+    random = EvalBatches(tokens, 3, 4, 16, seed=99991, mode="random")
+    assert not torch.equal(random.batches(0)[0][0], random.batches(1)[0][0])
+    assert torch.equal(random.batches(1)[0][0], EvalBatches(tokens, 3, 4, 16, mode="random").batches(1)[0][0])
+
+
+def test_fixed_eval_gives_the_same_val_batches_to_every_design(tmp_path, corpus, monkeypatch):
+    seen = []
+    import reslab.train.loop as loop
+
+    real = loop.evaluate
+
+    def spy(model, batches, device, autocast):
+        seen.append(torch.cat([x for x, _ in batches]))
+        return real(model, batches, device, autocast)
+
+    monkeypatch.setattr(loop, "evaluate", spy)
+    for design, seed in (("pre-ln", 1), ("post-ln", 2), ("sas-p", 3)):
+        train(tiny_config(corpus, tmp_path / "c", **{"model.design": design, "train.seed": seed,
+                                                     "train.steps": 10}), tmp_path / design, log=lambda *_: None)
+    assert len(seen) == 6 and all(torch.equal(seen[0], s) for s in seen)
+
+
+# ---- resume ----------------------------------------------------------------------------------------
+def _cli_train(cfg_file: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _write_toml(path: Path, cfg: dict) -> Path:
+    import tomli_w
+
+    path.write_bytes(tomli_w.dumps(cfg).encode())
+    return path
+
+
+@pytest.mark.parametrize("kill_after_checkpoints", [1, 3])
+def test_resume_after_sigkill_is_exact(tmp_path, corpus, kill_after_checkpoints):
+    cfg = tiny_run(corpus, tmp_path / "cache", **{"train.steps": 120, "train.checkpoint_interval": 10,
+                                                  "train.eval_interval": 20, "model.dropout": 0.2})
+    cfg_file = _write_toml(tmp_path / "run.toml", cfg)
+    reference = tmp_path / "reference"
+    assert subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(reference)],
+                          capture_output=True).returncode == 0
+
+    interrupted = tmp_path / "interrupted"
+    proc = _cli_train(cfg_file, interrupted)
+    ckpts = interrupted / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(ckpts.glob("step_*"))) < min(kill_after_checkpoints, 2):
+        time.sleep(0.02)
+    if kill_after_checkpoints > 1:
+        time.sleep(0.15)  # land somewhere between checkpoints
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert json.loads((interrupted / "status.json").read_text())["status"] == "running"
+    done = subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(interrupted)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _losses(interrupted) == _losses(reference)      # bit-identical, every step
+    assert _vals(interrupted) == _vals(reference)
+    assert sorted(_losses(interrupted)) == list(range(1, 121))
+    assert json.loads((interrupted / "status.json").read_text())["status"] == "completed"
+    assert not list(interrupted.rglob(".tmp*")) and not list(interrupted.rglob("*.tmp"))
+
+
+def test_rerunning_a_completed_run_does_nothing(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "c")
+    first = train(cfg, tmp_path / "r", log=lambda *_: None)
+    before = (tmp_path / "r" / "metrics.jsonl").read_text()
+    second = train(cfg, tmp_path / "r", log=lambda *_: None)
+    assert (first.status, first.best_val_loss) == (second.status, second.best_val_loss)
+    assert (tmp_path / "r" / "metrics.jsonl").read_text() == before
+
+
+def test_a_folder_holding_another_config_is_refused(tmp_path, corpus, capsys):
+    cfg = _write_toml(tmp_path / "a.toml", tiny_run(corpus, tmp_path / "c"))
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r")]) == 0
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "train.steps=40"]) == 2
+    assert "holds a run with a different config" in capsys.readouterr().err
+
+
+def test_checkpoints_keep_last_k_and_best(tmp_path, corpus):
+    result = train(tiny_config(corpus, tmp_path / "c", **{"train.steps": 40, "train.checkpoint_interval": 10,
+                                                          "train.keep_checkpoints": 2}),
+                   tmp_path / "r", log=lambda *_: None)
+    ckpt = result.path / "checkpoints"
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000030", "step_00000040"]
+    best = json.loads((ckpt / "best.json").read_text())
+    assert best["val_loss"] == result.best_val_loss == min(_vals(result.path).values())
+    import reslab
+
+    model = reslab.load_model(ckpt / best["folder"])
+    assert model.config.design == "pre-ln"
+
+
+# ---- divergence -------------------------------------------------------------------------------
+def test_divergence_stops_cleanly_with_readable_files(tmp_path, corpus, capsys):
+    cfg = _write_toml(tmp_path / "a.toml", tiny_run(corpus, tmp_path / "c", **{"train.nan_at_step": 12}))
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r")]) == 3
+    status = json.loads((tmp_path / "r" / "status.json").read_text())
+    assert status["status"] == "diverged" and status["step"] == 13
+    assert max(_losses(tmp_path / "r")) == 12
+    json.loads((tmp_path / "r" / "config.json").read_text())
+    assert "diverged at step 13" in capsys.readouterr().err
+
+
+# ---- optimizer and schedules -------------------------------------------------------------------
+def test_no_weight_decay_on_norms_biases_and_gains():
+    import reslab
+    from reslab.train.config import OptimConfig
+
+    model = reslab.build_model("sas", n_layer=2, n_embd=32, n_head=4)
+    decay, no_decay = parameter_groups(model, OptimConfig())
+    assert all(n.endswith(".weight") and ("c_" in n or n[:3] in ("wte", "wpe")) for n in decay)
+    assert {"blocks.0.g_attn", "blocks.0.a_ff", "blocks.0.b_ff", "blocks.0.attn.shape_alpha",
+            "blocks.0.norm1.weight", "blocks.0.norm1.bias"} <= set(no_decay)
+    decay2, _ = parameter_groups(model, OptimConfig(embedding_decay=False))
+    assert "wte.weight" in decay and "wte.weight" not in decay2
+
+
+def test_learning_rate_schedules():
+    from reslab.train.config import OptimConfig
+
+    cos = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10, schedule="cosine")
+    assert learning_rate(0, cos, 110) == pytest.approx(1 / 11)
+    assert learning_rate(10, cos, 110) == pytest.approx(1.0)
+    assert learning_rate(60, cos, 110) == pytest.approx(0.55)
+    assert learning_rate(110, cos, 110) == pytest.approx(0.1)
+    wsd = OptimConfig(lr=1.0, min_lr=0.0, warmup_steps=0, schedule="wsd", wsd_decay_fraction=0.2)
+    assert learning_rate(79, wsd, 100) == 1.0 and learning_rate(90, wsd, 100) == pytest.approx(0.5)
+    assert learning_rate(5, OptimConfig(lr=0.5, warmup_steps=0, schedule="constant"), 100) == 0.5
+
+
+# ---- configuration errors ---------------------------------------------------------------------
+def test_bad_run_configs_list_every_error_with_its_path(tmp_path, corpus, capsys):
+    bad = tiny_run(corpus, tmp_path / "c", **{"train.steps": 0, "optim.lr": -1.0, "model.n_head": 3})
+    bad["train"]["stepz"] = 3
+    cfg = _write_toml(tmp_path / "bad.toml", bad)
+    assert main(["train", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"reslab: error: {cfg}: train.stepz: unknown key; allowed keys are " + err[0].split("allowed keys are ")[1]]
+    del bad["train"]["stepz"]
+    _write_toml(cfg, bad)
+    assert main(["train", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    for part in ("train.steps: must be a positive integer", "optim.lr: must be positive",
+                 "model.n_head: 3 heads do not divide n_embd=32"):
+        assert part in err
+    assert "Traceback" not in err
+    assert main(["train", "--preset", "nope"]) == 2
+
+
+def test_missing_data_file_is_one_clear_error(tmp_path, capsys):
+    cfg = _write_toml(tmp_path / "a.toml", tiny_run(tmp_path / "missing.txt", tmp_path / "c"))
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.txt" in err[0]
+
+
+# ---- sampling ---------------------------------------------------------------------------------------
+def test_sample_from_a_run_folder(tmp_path, corpus, capsys):
+    result = train(tiny_config(corpus, tmp_path / "c"), tmp_path / "r", log=lambda *_: None)
+    assert main(["sample", str(result.path), "--prompt", "The king", "--tokens", "40", "--seed", "3"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("The king") and len(text.rstrip("\n")) >= len("The king") + 30
+    assert main(["sample", str(result.path), "--prompt", "The king", "--tokens", "40", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == text  # the seed fixes the sample
+    assert main(["sample", str(tmp_path / "nothing")]) == 2
+    assert main(["sample", str(result.path), "--prompt", "\u00e9\u00e9"]) == 2
