@@ -264,3 +264,17 @@ def test_sample_from_a_run_folder(tmp_path, corpus, capsys):
     assert capsys.readouterr().out == text  # the seed fixes the sample
     assert main(["sample", str(tmp_path / "nothing")]) == 2
     assert main(["sample", str(result.path), "--prompt", "\u00e9\u00e9"]) == 2
+
+
+def test_tensorboard_sink_writes_events_or_says_what_is_missing(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "c", **{"train.tensorboard": True, "train.steps": 5})
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        from reslab import ReslabError
+
+        with pytest.raises(ReslabError, match="pip install tensorboard"):
+            train(cfg, tmp_path / "r", log=lambda *_: None)
+        return
+    result = train(cfg, tmp_path / "r", log=lambda *_: None)
+    assert list((result.path / "tensorboard").glob("events.*"))

@@ -30,6 +30,7 @@ from .config import RunConfig
 from .determinism import derive_seed, rng_state, set_determinism, set_rng_state
 from .optim import build_optimizer, learning_rate
 from .run_folder import RunFolder
+from .sinks import Sinks
 from .throughput import mfu
 
 
@@ -151,7 +152,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
         folder.write_status(status="running", step=start, corpus=data.meta.get("corpus"),
                             comparable=data.meta.get("comparable", True), device=str(device), dtype=dtype,
                             world_size=d.world, params=raw_model.param_counts())
-    tb = _tensorboard(t_cfg, folder) if d.main else None
+    sinks = Sinks(t_cfg, folder.path, cfg.name, cfg.to_dict()) if d.main else None
 
     eval_every, ckpt_every = t_cfg.eval_interval, t_cfg.checkpoint_interval
     ckpt_every = eval_every if ckpt_every is None else ckpt_every
@@ -180,9 +181,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                 best = val if improved else best
                 if d.main:
                     folder.log({"step": step, "val_loss": val})
+                    sinks.log({"step": step, "val_loss": val})
                     progress.message(f"{cfg.name} step {step}: val loss {val:.4f}")
-                    if tb:
-                        tb.add_scalar("val/loss", val, step)
                     if improved and step > 0:
                         save_best(folder.ckpt_dir, step, raw_model, val)
                 save_now = step == t_cfg.steps or (ckpt_every and step % ckpt_every == 0 and step > 0)
@@ -238,9 +238,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                 if model_cfg.prores != "none":
                     row["prores_alpha"] = raw_model.prores_alphas()
                 folder.log(row)
-                if tb:
-                    tb.add_scalar("train/loss", train_loss, done)
-                    tb.add_scalar("train/grad_norm", grad_norm_value, done)
+                sinks.log(row)
                 progress.update(done, loss=train_loss, val=last_val, tok_s=round(tps) if tps else None)
                 t0, window_tokens = time.perf_counter(), 0
     except BaseException as e:
@@ -251,8 +249,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     finally:
         progress.close()
         folder.close()
-        if tb:
-            tb.close()
+        if sinks:
+            sinks.close()
 
     final_step = diverged_at if status == "diverged" else t_cfg.steps
     if d.main:
@@ -264,13 +262,3 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     distributed.teardown(d)
     return RunResult(status, final_step, best, final_val if status == "completed" else None, folder.path)
 
-
-def _tensorboard(t_cfg, folder: RunFolder):
-    if not t_cfg.tensorboard:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ReslabError("train.tensorboard: the tensorboard package is not installed "
-                          "(pip install tensorboard)") from None
-    return SummaryWriter(str(folder.path / "tensorboard"))
