@@ -33,12 +33,10 @@ import argparse
 import dataclasses
 import datetime
 import gc
-import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
@@ -283,21 +281,9 @@ def header(result: dict, args) -> str:
 
 
 def write_json_atomic(path: str, payload: dict) -> None:
-    path = os.path.abspath(path)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".bench_designs.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from reslab.fileio import write_json  # temporary file, then rename
+
+    write_json(path, payload)
 
 
 def parse_args(argv=None):

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from reslab import ReslabError, load_model, save_model
-from reslab.cli import main
 from reslab.model.gpt import GPT
 from tests.conftest import small, tokens
 

@@ -4,7 +4,6 @@ and separation of the random streams."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -278,3 +277,31 @@ def test_tensorboard_sink_writes_events_or_says_what_is_missing(tmp_path, corpus
         return
     result = train(cfg, tmp_path / "r", log=lambda *_: None)
     assert list((result.path / "tensorboard").glob("events.*"))
+
+
+def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, corpus, monkeypatch):
+    from reslab import prores_alpha
+    import reslab.train.loop as loop
+
+    over = {"model.prores": "linear", "model.prores_warmup": 5, "model.n_layer": 3, "train.steps": 30,
+            "train.checkpoint_interval": 10}
+    whole = train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "whole", log=lambda *_: None)
+
+    real_save, saves = loop.save_checkpoint, []
+
+    def crash_after_second(*args, **kwargs):
+        real_save(*args, **kwargs)
+        saves.append(args[1])
+        if len(saves) == 2:
+            raise KeyboardInterrupt  # as if killed right after the checkpoint at step 20
+
+    monkeypatch.setattr(loop, "save_checkpoint", crash_after_second)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
+    assert _losses(tmp_path / "cut") == _losses(whole.path)
+
+    rows = [json.loads(l) for l in (whole.path / "metrics.jsonl").read_text().splitlines() if "train_loss" in l]
+    for row in rows:  # a train row's alphas are the ones its update used: alpha(l, step - 1)
+        assert row["prores_alpha"] == [prores_alpha("linear", l, row["step"] - 1, 3, 5) for l in (1, 2, 3)]

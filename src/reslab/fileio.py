@@ -38,3 +38,21 @@ def write_text(target: str | os.PathLike, text: str) -> None:
 
 def write_json(target: str | os.PathLike, obj) -> None:
     write_text(target, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> dict:
+    """A JSON object from a user-supplied file; any problem is one ReslabError naming the file."""
+    from .errors import ReslabError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ReslabError(f"{path}: not found ({what})")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReslabError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ReslabError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not isinstance(obj, dict):
+        raise ReslabError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj

@@ -18,7 +18,6 @@ pickle, and unpickling a file can run arbitrary code.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import torch
 
 from .config import ModelConfig
 from .errors import ConfigError, ReslabError
-from .fileio import atomic_path, write_json
+from .fileio import read_json, atomic_path, write_json
 from .model.gpt import GPT
 
 HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -262,15 +261,7 @@ def _field(conf: dict, path: Path, name: str, kind: str):
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        conf = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReslabError(f"{path}: not valid JSON ({e})") from None
-    except OSError as e:
-        raise ReslabError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if not isinstance(conf, dict):
-        raise ReslabError(f"{path}: expected a JSON object, got {type(conf).__name__}")
-    return conf
+    return read_json(path, "Hugging Face config")
 
 
 def _init_std(conf: dict) -> float:

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import ConfigError, ReslabError
-from ..fileio import write_json
+from ..fileio import read_json, write_json
 from ..progress import Progress
 from .config import DataConfig, cache_root, check
 from .corpus import Corpus, load_corpus
@@ -211,9 +211,4 @@ def load_prepared(folder: str | Path) -> PreparedData:
 
 
 def _read_json(path: Path):
-    if not path.is_file():
-        raise ReslabError(f"{path}: missing")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReslabError(f"{path}: not valid JSON ({e})") from None
+    return read_json(path, "prepared data")

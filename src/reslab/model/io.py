@@ -7,7 +7,6 @@ A model folder holds
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -16,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ModelConfig
 from ..errors import ConfigError, ReslabError
-from ..fileio import atomic_path, write_json
+from ..fileio import atomic_path, read_json, write_json
 from .gpt import GPT
 
 FORMAT, VERSION = "reslab-model", 1
@@ -42,13 +41,8 @@ def save_model(model: GPT, folder: str | Path) -> Path:
 
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict]:
     meta_path = Path(folder) / META
-    if not meta_path.is_file():
-        raise ReslabError(f"{meta_path}: not found; a reslab model folder holds {META} and {WEIGHTS}")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReslabError(f"{meta_path}: not valid JSON ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    meta = read_json(meta_path, f"a reslab model folder holds {META} and {WEIGHTS}")
+    if meta.get("format") != FORMAT:
         raise ReslabError(f"{meta_path}: not a reslab model file (format must be {FORMAT!r})")
     if meta.get("version") != VERSION:
         raise ReslabError(f"{meta_path}: version {meta.get('version')!r} is not supported (expected {VERSION})")

@@ -35,7 +35,7 @@ class OptimConfig:
     weight_decay: float = 0.1          # on matrices only: never on norms, biases, gains
     embedding_decay: bool = True       # also decay token / position embeddings (nanoGPT does)
     grad_clip: float = 1.0             # global gradient-norm clip; 0 switches clipping off
-    fused: Optional[bool] = None       # fused AdamW (default: on CUDA)
+    fused: Optional[bool] = None       # fused AdamW (default: on, CPU and CUDA)
 
 
 @dataclass(frozen=True)

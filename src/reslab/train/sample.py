@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from ..errors import ReslabError
+from ..fileio import read_json
 from ..model.io import META, load_model
 from .checkpoint import complete_checkpoints, read_best
 
@@ -32,12 +32,7 @@ def sample(path: str | Path, prompt: str = "\n", tokens: int = 300, temperature:
 
     model_dir, tok_dir = _model_folder(Path(path), which)
     tok_path = tok_dir / "tokenizer.json"
-    if not tok_path.is_file():
-        raise ReslabError(f"{tok_path}: not found; sampling needs the run's tokenizer")
-    try:
-        tokenizer = from_json(json.loads(tok_path.read_text()), where=str(tok_path))
-    except json.JSONDecodeError as e:
-        raise ReslabError(f"{tok_path}: not valid JSON ({e})") from None
+    tokenizer = from_json(read_json(tok_path, "the run's tokenizer, needed for sampling"), where=str(tok_path))
     if tokens < 1 or temperature <= 0:
         raise ReslabError("--tokens must be >= 1 and --temperature > 0")
     model = load_model(model_dir).eval()

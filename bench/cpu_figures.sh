@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every CPU figure in the README, one after another (never two timing jobs at once).
+# Usage: bash bench/cpu_figures.sh OUT_DIR      (about 20 minutes on 2 cores)
+set -euo pipefail
+out=${1:?usage: bench/cpu_figures.sh OUT_DIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+{ date -u; uname -m; nproc; lscpu | grep "Model name"; python -c "import torch; print('torch', torch.__version__)"; } > "$out/machine.txt"
+python bench/bench_designs.py --both --steps 1 --rounds 9 --markdown --json "$out/designs.json" > "$out/designs.md"
+python bench/bench_engine.py --markdown --json "$out/engine.json" > "$out/engine.md"
+python bench/bench_engine.py --nanogpt-cpu-run --json "$out/nanogpt_cpu.json" --progress off > "$out/nanogpt_cpu.md"
+start=$(date +%s.%N)
+reslab train --preset tiny --out "$out/tiny-run" --set train.progress=off > "$out/tiny.txt" 2>&1
+end=$(date +%s.%N)
+echo "tiny preset wall seconds: $(echo "$end - $start" | bc)" >> "$out/tiny.txt"
+echo "done" > "$out/DONE"

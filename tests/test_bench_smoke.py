@@ -1,0 +1,120 @@
+"""The benchmark scripts in bench/ must keep running: each --quick run finishes in seconds, exits 0
+and prints its tables. And bench/reference_gpt.py must stay the same architecture as reslab's pre-ln."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import reslab
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def _reference_module():
+    spec = importlib.util.spec_from_file_location("reference_gpt", BENCH / "reference_gpt.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("reference_gpt", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_engine_quick(tmp_path):
+    out = tmp_path / "engine.json"
+    proc = _run("bench_engine.py", "--quick", "--threads", "1", "--json", str(out))
+    text = proc.stdout
+    for needle in ("contender", "ms/step", "tokens/s", "engine overhead vs bare", "reslab model vs reference",
+                   "bare loops, median ms per phase"):
+        assert needle in text, f"missing {needle!r} in:\n{text}"
+    for name in ("engine", "bare", "reference (bias False)", "reference (bias True)"):
+        assert f"\n{name} " in text
+    res = json.loads(out.read_text())
+    rows = {r["contender"]: r for r in res["rows"]}
+    assert set(rows) == {"engine", "bare", "reference (bias False)", "reference (bias True)"}
+    for r in rows.values():
+        assert r["step_ms"] > 0 and math.isfinite(r["tokens_per_s"])
+    # The bare loop repeats the engine's arithmetic exactly: same model, batches, schedule, clip.
+    assert res["summary"]["engine_vs_bare_max_abs_loss_diff"] <= 1e-5
+    # The reference with the model's bias setting has exactly reslab's parameter count.
+    same = rows[res["summary"]["reference_same_architecture"]]
+    assert same["params"] == rows["bare"]["params"]
+
+
+def test_bench_engine_nanogpt_cpu_run_mode(tmp_path):
+    """The --nanogpt-cpu-run mode, cut to 3 steps (the full run takes minutes)."""
+    from reslab.data import DataConfig
+    from reslab.data.corpus import tinyshakespeare_candidates
+
+    if not any(p.is_file() for p in tinyshakespeare_candidates(DataConfig())):
+        pytest.skip("TinyShakespeare is not available locally")
+    out = tmp_path / "run.json"
+    proc = _run("bench_engine.py", "--nanogpt-cpu-run", "--run-steps", "3", "--threads", "1",
+                "--progress", "off", "--json", str(out))
+    assert "final val loss" in proc.stdout and "best val loss" in proc.stdout and "wall time" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["status"] == "completed" and res["steps"] == 3
+    assert [s for s, _ in res["evaluations"]] == [0, 3]
+    assert math.isfinite(res["final_val_loss"]) and res["best_val_loss"] <= res["evaluations"][0][1]
+
+
+def test_bench_designs_quick():
+    proc = _run("bench_designs.py", "--quick", "--threads", "1")
+    text = proc.stdout
+    for needle in ("## setup", "design", "tokens/s vs pre-ln", "pre-ln", "post-ln"):
+        assert needle in text, f"missing {needle!r} in:\n{text}"
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
+                                   dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50)])
+def test_reference_gpt_matches_reslab_pre_ln(bias, shape):
+    ref = _reference_module()
+    model = reslab.build_model("pre-ln", bias=bias, tie_weights=True, dropout=0.0, **shape)
+    reference = ref.ReferenceGPT(ref.RefConfig(bias=bias, dropout=0.0, **shape))
+    assert reference.num_params() == model.param_counts()["total"]
+    # Same architecture, tensor by tensor: the same multiset of parameter shapes.
+    shapes = lambda m: sorted(tuple(p.shape) for p in m.parameters())  # noqa: E731
+    assert shapes(reference) == shapes(model)
+
+
+def test_reference_gpt_init_and_loss():
+    ref = _reference_module()
+    cfg = ref.RefConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, bias=True)
+    model = ref.ReferenceGPT(cfg, seed=0)
+    assert model.head.weight is model.wte.weight
+    layer = model.layers[0]
+    assert layer.attn.c_proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * cfg.n_layer), rel=0.2)
+    assert layer.mlp.c_fc.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert torch.count_nonzero(layer.mlp.c_fc.bias) == 0
+    idx = torch.randint(0, 65, (3, 16), generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(0, 65, (3, 16), generator=torch.Generator().manual_seed(1))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (3, 16, 65)
+    assert loss.item() == pytest.approx(math.log(65), abs=0.1)  # small init: near-uniform predictions
+    # causal: the first position's logits do not depend on later tokens
+    idx2 = idx.clone()
+    idx2[:, 1:] = (idx2[:, 1:] + 1) % 65
+    assert torch.allclose(model(idx2)[:, 0], logits[:, 0], atol=1e-6)
+    assert _seeded_init_is_reproducible(ref, cfg)
+
+
+def _seeded_init_is_reproducible(ref, cfg) -> bool:
+    a, b = ref.ReferenceGPT(cfg, seed=3), ref.ReferenceGPT(cfg, seed=3)
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
