@@ -13,4 +13,9 @@ start=$(date +%s.%N)
 reslab train --preset tiny --out "$out/tiny-run" --set train.progress=off > "$out/tiny.txt" 2>&1
 end=$(date +%s.%N)
 echo "tiny preset wall seconds: $(echo "$end - $start" | bc)" >> "$out/tiny.txt"
-echo "done" > "$out/DONE"
+echo "done" > "$out/DONE"  # issue 2-3 figures finished
+# Issue 4: the whole default probe, and the cost of training diagnostics at the default cadence.
+/usr/bin/time -f "probe wall seconds: %e" reslab probe --out "$out/probe-default" > "$out/probe.txt" 2>&1
+reslab probe --mode xiong --out "$out/probe-xiong" > "$out/probe_xiong.txt" 2>&1
+python bench/bench_diagnostics.py --rounds 2 --json "$out/diagnostics.json" > "$out/diagnostics.md" 2>&1
+echo "done" > "$out/DONE4"

@@ -83,6 +83,8 @@ def load_run_config(config_path: str | None, preset: str | None, sets: list[str]
     if config_path:
         data = merge(data, read_toml(config_path))
         where = config_path
+    if sets:
+        where += " with --set"
     return build_run_config(merge(data, parse_set(sets)), where=where)
 
 
@@ -217,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_config_args(prep)
     prep.add_argument("--out", help="output folder (default: the data cache)")
     prep.set_defaults(func=cmd_data_prepare)
+
+    from .probe.cli import add_probe_parser
+
+    add_probe_parser(sub, _Parser)
 
     pr = sub.add_parser("presets", help="list the built-in run presets")
     pr.set_defaults(func=cmd_presets)

@@ -1,4 +1,4 @@
-"""The run configuration: [model], [data], [optim], [train] tables of one TOML file.
+"""The run configuration: [model], [data], [optim], [train], [diagnostics] tables of one TOML file.
 
 Every field has a default; a preset is a TOML file in reslab/presets; `--set table.key=value`
 overrides either. Loading reports every problem in the file at once, each with its path.
@@ -70,12 +70,25 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DiagnosticsConfig:
+    """[diagnostics]: see reslab/diagnostics (rows in <run>/diagnostics.jsonl). The spike-score
+    fields are used at the end of every run, diagnostics on or off (status.json spike_score_*)."""
+    enabled: bool = False
+    interval: Optional[int] = None     # measure every n updates (default: train.eval_interval), + step 0 and the end
+    batch_size: int = 8                # sequences in the fixed diagnostic batch (from the val split)
+    seed: int = 4242                   # the diagnostic batch's own seed
+    spike_window: int = 1000           # loss-spike score: rolling window of previous steps
+    spike_threshold: float = 7.0       # ... and how many standard deviations above their mean
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)  # [diagnostics] table
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -116,6 +129,16 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
             errors.append(f"optim.{name}: must be in [0, 1), got {getattr(o, name)}")
     if o.weight_decay < 0 or o.grad_clip < 0 or not o.eps > 0:
         errors.append("optim: weight_decay and grad_clip must be >= 0 and eps > 0")
+    # [diagnostics] (added with reslab/diagnostics)
+    g = cfg.diagnostics
+    if g.interval is not None and g.interval < 1:
+        errors.append(f"diagnostics.interval: must be a positive integer, got {g.interval}")
+    if g.batch_size < 1:
+        errors.append(f"diagnostics.batch_size: must be a positive integer, got {g.batch_size}")
+    if g.spike_window < 2:
+        errors.append(f"diagnostics.spike_window: must be >= 2, got {g.spike_window}")
+    if not g.spike_threshold > 0:
+        errors.append(f"diagnostics.spike_threshold: must be positive, got {g.spike_threshold}")
     return errors
 
 

@@ -21,6 +21,7 @@ import torch
 
 from ..data import prepare_dataset
 from ..data.batches import EvalBatches, TrainBatches
+from ..diagnostics import Diagnostics, DiagnosticsFile, diagnostic_batch, spike_score
 from ..errors import ReslabError
 from ..model.gpt import GPT
 from ..progress import Progress
@@ -123,6 +124,12 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     train_batches = TrainBatches(data.train, t_cfg.batch_size, model_cfg.block_size, data_seed)
     eval_batches = EvalBatches(data.val, t_cfg.eval_iters, t_cfg.eval_batch_size or t_cfg.batch_size,
                                model_cfg.block_size, seed=t_cfg.eval_seed, mode=t_cfg.eval_mode)
+    # diagnostics (reslab/diagnostics): off by default; its hooks exist only inside measure()
+    g_cfg, diag, diag_file = cfg.diagnostics, None, None
+    if g_cfg.enabled and d.main:
+        diag = Diagnostics(raw_model, diagnostic_batch(data.val, g_cfg.batch_size, model_cfg.block_size, g_cfg.seed),
+                           g_cfg.interval or t_cfg.eval_interval, t_cfg.steps, autocast)
+        diag_file = DiagnosticsFile(folder.path)
 
     start, best, final_val = 0, None, None
     checkpoints = complete_checkpoints(folder.ckpt_dir)
@@ -140,6 +147,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
         final_val = evals[-1] if evals else None
     elif resuming and d.main:
         folder.truncate_metrics(-1)  # killed before its first checkpoint: start again
+    if diag_file:
+        diag_file.truncate_before(start)  # diagnostics: step `start` is measured again
     if start >= t_cfg.steps and folder.read_status().get("status") in ("completed", "diverged"):
         status = folder.read_status()
         return RunResult(status["status"], status.get("step", start), status.get("best_val_loss"),
@@ -191,7 +200,14 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                 if save_now and d.main:
                     save_checkpoint(folder.ckpt_dir, step, raw_model, optimizer, state, t_cfg.keep_checkpoints)
                 t0 += time.perf_counter() - eval_start  # throughput counts training time only
+            diag_row = None  # diagnostics: measured before this step's update, logged after it
+            if diag is not None and diag.due(step):
+                diag_start = time.perf_counter()
+                diag_row = diag.measure(step, snapshot=step < t_cfg.steps)
+                t0 += time.perf_counter() - diag_start
             if step == t_cfg.steps:
+                if diag_row is not None:
+                    diag_file.log(diag_row)
                 break
 
             # ---- one optimizer update ------------------------------------------------------------
@@ -211,6 +227,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                     scaler.scale(loss / t_cfg.grad_accum).backward()
                 loss_sum += loss.detach()
             scaler.unscale_(optimizer)
+            if diag_row is not None:
+                diag_row.update(diag.train_grad_norms())  # diagnostics: reads .grad before clipping
             clip = o_cfg.grad_clip if o_cfg.grad_clip > 0 else float("inf")
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip)
             train_loss = distributed.mean_across(d, loss_sum / t_cfg.grad_accum).item()
@@ -218,11 +236,16 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
             # fp16's grad scaler skips steps with inf gradients by design; a NaN loss is divergence.
             if not math.isfinite(train_loss) or (not math.isfinite(grad_norm_value) and not scaler.is_enabled()):
                 status, diverged_at = "diverged", step + 1
+                if diag_row is not None:
+                    diag_file.log(diag_row)
                 break
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             last_train_loss = train_loss
+            if diag_row is not None:
+                diag_row.update(diag.update_ratios())
+                diag_file.log(diag_row)
 
             # ---- log ----------------------------------------------------------------------------
             done = step + 1
@@ -250,6 +273,8 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     finally:
         progress.close()
         folder.close()
+        if diag_file:
+            diag_file.close()
         if sinks:
             sinks.close()
 
@@ -257,9 +282,13 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     if d.main:
         if status == "diverged":
             progress.message(f"{cfg.name}: diverged at step {diverged_at} (non-finite loss or gradient)")
+        rows = folder.read_metrics()  # loss-spike scores (diagnostics), on or off: cheap
+        spikes = {f"spike_score_{key}": spike_score([r[key] for r in rows if key in r], g_cfg.spike_window,
+                                                    g_cfg.spike_threshold) for key in ("train_loss", "grad_norm")}
         folder.write_status(status=status, step=final_step, best_val_loss=best,
                             final_val_loss=final_val if status == "completed" else None,
-                            last_train_loss=last_train_loss)
+                            last_train_loss=last_train_loss, spike_score_loss=spikes["spike_score_train_loss"],
+                            spike_score_grad_norm=spikes["spike_score_grad_norm"])
     distributed.teardown(d)
     return RunResult(status, final_step, best, final_val if status == "completed" else None, folder.path)
 

@@ -1,0 +1,87 @@
+"""One forward + backward pass of a freshly built model, measured layer by layer.
+
+Per layer l = 1..L (x_l = the residual stream after block l, x_0 = the stream after the embedding):
+    grad_norm    ||dloss/dtheta_l||, all parameters of block l together
+    act_norm     RMS of x_l per token (||x_l|| / sqrt(C)), averaged over tokens
+    adj_change   ||N(x_l) - N(x_{l-1})|| per token, averaged; N = LayerNorm without parameters
+    cos_sim      mean pairwise cosine similarity between the T token vectors of one sequence
+                 (off-diagonal mean), averaged over the batch; 1 = rank collapse
+Per model:
+    last_w2_grad_norm   ||dloss/dW2|| of the last block's MLP (blocks[-1].mlp.c_proj.weight)
+
+ResiDual carries two streams (xa, xd). The columns above use xa, the post-ln stream that the next
+sublayer reads; the *_dual columns measure xd, the plain pre-ln-like sum of branch outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def random_batch(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx, targets): uniform random tokens from their own generator, so probes are reproducible."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    idx = torch.randint(0, vocab, (batch, seq), generator=g)
+    targets = torch.randint(0, vocab, (batch, seq), generator=g)
+    return idx, targets
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    # Parameter-free LayerNorm: the scale of x must not enter the adjacent-layer change.
+    return F.layer_norm(x, x.shape[-1:])
+
+
+def stream_stats(xs: list[torch.Tensor]) -> dict[str, list[float]]:
+    """act_norm, adj_change (from layer 1), cos_sim of a list of (B, T, C) streams x_0..x_L."""
+    act, change, cos = [], [], []
+    for k, x in enumerate(xs):
+        C = x.shape[-1]
+        act.append((x.norm(dim=-1) / C ** 0.5).mean().item())
+        u = F.normalize(x, dim=-1)
+        gram = u @ u.transpose(-1, -2)                       # (B, T, T) cosine similarities
+        T = x.shape[-2]
+        off = (gram.sum(dim=(-1, -2)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)) / max(T * (T - 1), 1)
+        cos.append(off.mean().item())
+        if k > 0:
+            change.append((_unit(x) - _unit(xs[k - 1])).norm(dim=-1).mean().item())
+    return {"act_norm": act[1:], "adj_change": change, "cos_sim": cos[1:]}
+
+
+def _grad_norm(params) -> float:
+    total = 0.0
+    for p in params:
+        if p.grad is not None:
+            total += p.grad.detach().double().pow(2).sum().item()
+    return total ** 0.5
+
+
+def probe_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Per-layer lists (index 0 = layer 1) and per-model scalars for one batch; see module doc.
+
+    The stream is captured by forward hooks on the blocks, registered only for this call."""
+    model.eval()  # no dropout: the probe measures the function at initialisation
+    model.zero_grad(set_to_none=True)
+    captured: list = []
+    handles = [b.register_forward_hook(lambda m, inp, out: captured.append(out)) for b in model.blocks]
+    # x_0: the input of block 1 (stream.enter is a plain method, not a hookable forward).
+    enter = model.blocks[0].register_forward_pre_hook(lambda m, inp: captured.insert(0, inp[0]))
+    try:
+        _, loss = model(idx, targets)
+        loss.backward()
+    finally:
+        for h in handles + [enter]:
+            h.remove()
+    dual = isinstance(captured[0], tuple)
+    with torch.no_grad():
+        streams = [c[0] if dual else c for c in captured]
+        out = stream_stats([s.detach().float() for s in streams])
+        if dual:
+            out.update({f"{k}_dual": v for k, v in stream_stats([c[1].detach().float() for c in captured]).items()})
+    out["grad_norm"] = [_grad_norm(b.parameters()) for b in model.blocks]
+    w2 = getattr(model.blocks[-1].mlp, "c_proj", None)
+    out["last_w2_grad_norm"] = _grad_norm([w2.weight]) if isinstance(w2, nn.Linear) else float("nan")
+    out["loss"] = loss.item()
+    model.zero_grad(set_to_none=True)
+    return out
