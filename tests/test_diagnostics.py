@@ -20,7 +20,7 @@ from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
 from reslab.train.config import build_run_config
 from reslab.train.loop import train
-from tests.train_helpers import tiny_run, write_corpus
+from tests.train_helpers import train_losses, val_losses, tiny_run, write_corpus
 
 
 @pytest.fixture
@@ -35,14 +35,8 @@ def _config(corpus: Path, cache: Path, diagnostics: dict | None = None, **overri
     return build_run_config(cfg)
 
 
-def _losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+_losses, _vals = train_losses, val_losses
 
-
-def _vals(run: Path) -> dict[int, float]:
-    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
 
 
 def quiet(*_):

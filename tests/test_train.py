@@ -18,7 +18,7 @@ from reslab.cli import main
 from reslab.data.batches import EvalBatches, TrainBatches
 from reslab.train.loop import train
 from reslab.train.optim import learning_rate, parameter_groups
-from tests.train_helpers import tiny_config, tiny_run, write_corpus
+from tests.train_helpers import train_losses, val_losses, tiny_config, tiny_run, write_corpus
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_losses.json"
 
@@ -28,14 +28,8 @@ def corpus(tmp_path):
     return write_corpus(tmp_path)
 
 
-def _losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+_losses, _vals = train_losses, val_losses
 
-
-def _vals(run: Path) -> dict[int, float]:
-    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
 
 
 # ---- golden losses -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -48,3 +49,15 @@ def tiny_run(corpus: Path, cache: Path, **overrides) -> dict:
 
 def tiny_config(corpus: Path, cache: Path, **overrides):
     return build_run_config(tiny_run(corpus, cache, **overrides))
+
+
+def train_losses(run: Path) -> dict[int, float]:
+    """step -> train loss, from a run folder's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+
+def val_losses(run: Path) -> dict[int, float]:
+    """step -> val loss, from a run folder's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}

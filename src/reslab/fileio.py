@@ -56,3 +56,40 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     if not isinstance(obj, dict):
         raise ReslabError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+class JsonlLog:
+    """A JSON-lines log, appended and flushed row by row. A kill can cut the last line short: readers
+    skip such a line, and `keep_only` rewrites the file atomically (used when a run resumes)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._file = None
+
+    def read(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        rows = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+        return rows
+
+    def keep_only(self, keep) -> None:
+        """Rewrite the log with the rows for which keep(row) is true."""
+        if self.path.is_file():
+            write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.read() if keep(r)))
+
+    def log(self, row: dict) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -39,14 +39,13 @@ indices count from 0, "embed" is the embedding / the stream before block0 — se
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..fileio import write_text
+from ..fileio import JsonlLog
 from ..model.residual import Residual
 from . import stats
 
@@ -194,44 +193,17 @@ def _prefixed(prefix: str, values: dict) -> dict:
 
 
 # ---- the file --------------------------------------------------------------------------------------
-class DiagnosticsFile:
+class DiagnosticsFile(JsonlLog):
     """<run>/diagnostics.jsonl, appended and flushed row by row (like metrics.jsonl)."""
 
     def __init__(self, run_dir: str | Path):
-        self.path = Path(run_dir) / FILE_NAME
-        self._f = None
-
-    def read(self) -> list[dict]:
-        return read_rows(self.path)
+        super().__init__(Path(run_dir) / FILE_NAME)
 
     def truncate_before(self, step: int) -> None:
         """Keep only rows measured before `step` (a resume from the checkpoint at `step` measures
         `step` again: the checkpoint is taken before that step's update, the row after it)."""
-        if self.path.is_file():
-            keep = [r for r in read_rows(self.path) if r.get("step", -1) < step]
-            write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
-
-    def log(self, row: dict) -> None:
-        if self._f is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", encoding="utf-8")
-        self._f.write(json.dumps(row) + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self.keep_only(lambda r: r.get("step", -1) < step)
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-    return rows
+    return JsonlLog(path).read()

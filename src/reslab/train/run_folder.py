@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import ReslabError
-from ..fileio import write_json, write_text
+from ..fileio import JsonlLog, write_json
 
 
 class RunFolder:
@@ -28,7 +28,7 @@ class RunFolder:
         self.status_path = self.path / "status.json"
         self.metrics_path = self.path / "metrics.jsonl"
         self.ckpt_dir = self.path / "checkpoints"
-        self._metrics = None
+        self._metrics = JsonlLog(self.metrics_path)
 
     # ---- config ----
     def claim(self, config: dict) -> bool:
@@ -70,28 +70,14 @@ class RunFolder:
 
     # ---- metrics ----
     def read_metrics(self) -> list[dict]:
-        if not self.metrics_path.is_file():
-            return []
-        rows = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-        return rows
+        return self._metrics.read()
 
     def truncate_metrics(self, step: int) -> None:
         """Keep the rows of updates and evaluations up to `step` completed updates."""
-        keep = [r for r in self.read_metrics() if r.get("step", -1) <= step]
-        write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
+        self._metrics.keep_only(lambda r: r.get("step", -1) <= step)
 
     def log(self, row: dict) -> None:
-        if self._metrics is None:
-            self._metrics = open(self.metrics_path, "a", encoding="utf-8")
-        self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
+        self._metrics.log(row)
 
     def close(self) -> None:
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+        self._metrics.close()
