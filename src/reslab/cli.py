@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .probe.cli import add_probe_parser
 
-    add_probe_parser(sub, _Parser)
+    add_probe_parser(sub)
 
     pr = sub.add_parser("presets", help="list the built-in run presets")
     pr.set_defaults(func=cmd_presets)

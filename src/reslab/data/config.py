@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..errors import ConfigError
 from ..typed import from_dict
 
 CorpusKind = Literal["tinyshakespeare", "text", "hf", "kjv"]
@@ -88,10 +87,3 @@ def check(cfg: DataConfig, prefix: str = "data") -> list[str]:
     if not 0.0 < cfg.val_fraction < 1.0:
         errors.append(f"{p}val_fraction: must be in (0, 1), got {cfg.val_fraction}")
     return errors
-
-
-def raise_if_invalid(cfg: DataConfig, prefix: str = "data") -> DataConfig:
-    errors = check(cfg, prefix)
-    if errors:
-        raise ConfigError(errors)
-    return cfg

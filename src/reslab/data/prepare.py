@@ -32,7 +32,6 @@ from .tokenizers import Tokenizer, build_tokenizer, from_json, separator_for, to
 
 FORMAT = "reslab-prepared"
 VERSION = 1
-FILES = ("train.bin", "val.bin", "tokenizer.json", "meta.json")
 CHUNK_CHARS = 1 << 16  # text per encode call: progress granularity, bounded memory per call
 BATCH_CHUNKS = 8       # chunks per encode_batch call (Hugging Face tokenizers encode them in parallel)
 PUBLISHED_VAL_FRACTION = 0.1

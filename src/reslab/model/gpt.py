@@ -16,7 +16,7 @@ from torch import nn
 from ..config import ModelConfig
 from .init import init_weights
 from .norms import make_norm
-from .prores import prores_alpha, warmup_finished
+from .prores import prores_alpha
 from .registry import get_design, resolve
 
 
@@ -98,10 +98,6 @@ class GPT(nn.Module):
         cfg = self.config
         return [prores_alpha(cfg.prores, l, self.prores_step, cfg.n_layer, cfg.prores_warmup)
                 for l in range(1, cfg.n_layer + 1)]
-
-    def prores_finished(self) -> bool:
-        cfg = self.config
-        return warmup_finished(cfg.prores, self.prores_step, cfg.n_layer, cfg.prores_warmup)
 
     # ---- forward ---------------------------------------------------------------------------------
     def embed(self, idx: torch.Tensor) -> torch.Tensor:

@@ -93,10 +93,6 @@ def get_design(name: str) -> Design:
     return DESIGNS[name]
 
 
-def design_names() -> list[str]:
-    return list(DESIGNS)
-
-
 def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     """Combinations that mean nothing for design d. `given` is the config before defaults."""
     errors = []

@@ -1,6 +1,6 @@
 """`reslab probe`: init-time probes over designs x depths x seeds -> probe.csv, PNGs, slopes.
 
-The owner wires it into reslab.cli with `add_probe_parser(sub, _Parser)`."""
+Wired into reslab.cli with `add_probe_parser(sub)`."""
 
 from __future__ import annotations
 
@@ -55,10 +55,8 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def add_probe_parser(sub, parser_class=None):
-    """Add `reslab probe` to an argparse subparsers object; returns the new parser.
-
-    parser_class is accepted for symmetry with reslab.cli; `sub` already carries its parser class."""
+def add_probe_parser(sub):
+    """Add `reslab probe` to an argparse subparsers object (it carries reslab's parser class)."""
     p = sub.add_parser("probe", help="init-time probes: gradient / activation norms, rank collapse, "
                                      "vs depth and layer (no training)")
     p.add_argument("--designs", default=None,

@@ -56,14 +56,6 @@ def mean_across(d: Dist, value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def any_across(d: Dist, flag: bool, device) -> bool:
-    if not d.active:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
-
-
 def gather_objects(d: Dist, obj):
     if not d.active:
         return [obj]
