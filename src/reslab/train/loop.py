@@ -2,7 +2,7 @@
 
     for t in start .. steps:                    t = completed optimizer updates
         evaluate at t = 0, every eval_interval, and at the end; checkpoint after evaluating
-        lr(t), model.set_step(t) (ProRes)
+        model.set_step(t) (ProRes), lr(t)
         grad_accum micro-batches (step t, global micro index) -> backward
         clip the global gradient norm; a non-finite loss or norm stops the run as "diverged"
         optimizer step
@@ -76,9 +76,22 @@ def evaluate(model, batches: list, device, autocast) -> float:
     return total / len(batches)
 
 
-def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
-    """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one)."""
-    t_cfg, o_cfg = cfg.train, cfg.optim
+@dataclass
+class Runtime:
+    """Where and how the run computes: process group, device, precision."""
+    dist: distributed.Dist
+    device: torch.device
+    dtype: str                 # float32 / bfloat16 / float16
+    amp_dtype: torch.dtype | None
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+
+def _runtime(cfg: RunConfig) -> Runtime:
+    t_cfg = cfg.train
     device = _device(cfg)
     d = distributed.setup(device.type)
     if device.type == "cuda":
@@ -90,12 +103,58 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
         torch.set_num_threads(t_cfg.threads)
     set_determinism(t_cfg.deterministic)
     dtype = _dtype(cfg, device)
-    amp_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    return Runtime(d, device, dtype, {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype))
 
-    def autocast():
-        if amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+def _resume(folder: RunFolder, resuming: bool, raw_model, optimizer, scaler, d, log) -> tuple:
+    """(start step, best val loss, last val loss) from the newest complete checkpoint, or a fresh start."""
+    checkpoints = complete_checkpoints(folder.ckpt_dir)
+    if not checkpoints:
+        if resuming and d.main:
+            folder.truncate_metrics(-1)  # killed before its first checkpoint: start again
+        return 0, None, None
+    state = load_checkpoint(checkpoints[-1], raw_model, optimizer)
+    rngs = state["rng"]
+    set_rng_state(rngs[d.rank] if d.rank < len(rngs) else rngs[0])
+    if state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    if d.main:
+        folder.truncate_metrics(state["step"])
+        log(f"resuming {folder.path} from step {state['step']}")
+    evals = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r]
+    return state["step"], state.get("best_val_loss"), (evals[-1] if evals else None)
+
+
+def _update(model, raw_model, optimizer, scaler, batches: TrainBatches, step: int, cfg: RunConfig,
+            rt: Runtime, before_clip=None) -> tuple[float, float]:
+    """One optimizer update: grad_accum micro-batches, unscale, clip. Returns (mean loss, grad norm);
+    the optimizer step is left to the caller, which first checks both are finite."""
+    t_cfg, d = cfg.train, rt.dist
+    loss_sum = torch.zeros((), device=rt.device)
+    for i in range(t_cfg.grad_accum):
+        x, y = batches.get(step, d.rank * t_cfg.grad_accum + i)
+        x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
+        sync = not d.active or i == t_cfg.grad_accum - 1  # DDP all-reduces on the last micro-batch
+        with (contextlib.nullcontext() if sync else model.no_sync()):
+            with rt.autocast():
+                _, loss = model(x, y)
+            if t_cfg.nan_at_step is not None and step == t_cfg.nan_at_step:
+                loss = loss * float("nan")
+            scaler.scale(loss / t_cfg.grad_accum).backward()
+        loss_sum += loss.detach()
+    scaler.unscale_(optimizer)
+    if before_clip is not None:
+        before_clip()
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip)
+    return distributed.mean_across(d, loss_sum / t_cfg.grad_accum).item(), float(grad_norm)
+
+
+def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
+    """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one)."""
+    t_cfg, o_cfg = cfg.train, cfg.optim
+    rt = _runtime(cfg)
+    d, device, dtype, autocast = rt.dist, rt.device, rt.dtype, rt.autocast
 
     # ---- data and model ---------------------------------------------------------------------------
     if not d.main:
@@ -131,22 +190,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                            g_cfg.interval or t_cfg.eval_interval, t_cfg.steps, autocast)
         diag_file = DiagnosticsFile(folder.path)
 
-    start, best, final_val = 0, None, None
-    checkpoints = complete_checkpoints(folder.ckpt_dir)
-    if checkpoints:
-        state = load_checkpoint(checkpoints[-1], raw_model, optimizer)
-        start, best = state["step"], state.get("best_val_loss")
-        rngs = state["rng"]
-        set_rng_state(rngs[d.rank] if d.rank < len(rngs) else rngs[0])
-        if state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        if d.main:
-            folder.truncate_metrics(start)
-            log(f"resuming {folder.path} from step {start}")
-        evals = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r]
-        final_val = evals[-1] if evals else None
-    elif resuming and d.main:
-        folder.truncate_metrics(-1)  # killed before its first checkpoint: start again
+    start, best, final_val = _resume(folder, resuming, raw_model, optimizer, scaler, d, log)
     if diag_file:
         diag_file.truncate_before(start)  # diagnostics: step `start` is measured again
     if start >= t_cfg.steps and folder.read_status().get("status") in ("completed", "diverged"):
@@ -214,25 +258,9 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
             lr = learning_rate(step, o_cfg, t_cfg.steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss_sum = torch.zeros((), device=device)
-            for i in range(t_cfg.grad_accum):
-                x, y = train_batches.get(step, d.rank * t_cfg.grad_accum + i)
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                sync = not d.active or i == t_cfg.grad_accum - 1
-                with (contextlib.nullcontext() if sync else model.no_sync()):
-                    with autocast():
-                        _, loss = model(x, y)
-                    if t_cfg.nan_at_step is not None and step == t_cfg.nan_at_step:
-                        loss = loss * float("nan")
-                    scaler.scale(loss / t_cfg.grad_accum).backward()
-                loss_sum += loss.detach()
-            scaler.unscale_(optimizer)
-            if diag_row is not None:
-                diag_row.update(diag.train_grad_norms())  # diagnostics: reads .grad before clipping
-            clip = o_cfg.grad_clip if o_cfg.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip)
-            train_loss = distributed.mean_across(d, loss_sum / t_cfg.grad_accum).item()
-            grad_norm_value = float(grad_norm)
+            diag_grads = (lambda: diag_row.update(diag.train_grad_norms())) if diag_row is not None else None
+            train_loss, grad_norm_value = _update(model, raw_model, optimizer, scaler, train_batches, step,
+                                                  cfg, rt, before_clip=diag_grads)
             # fp16's grad scaler skips steps with inf gradients by design; a NaN loss is divergence.
             if not math.isfinite(train_loss) or (not math.isfinite(grad_norm_value) and not scaler.is_enabled()):
                 status, diverged_at = "diverged", step + 1
