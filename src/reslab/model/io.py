@@ -22,18 +22,19 @@ FORMAT, VERSION = "reslab-model", 1
 WEIGHTS, META = "model.safetensors", "model.json"
 
 
-def model_state(model: GPT) -> dict[str, torch.Tensor]:
-    """state_dict without the tied head (it is wte), contiguous, ready for safetensors."""
-    state = model.state_dict()
+def model_state(model: GPT, state: dict | None = None) -> dict[str, torch.Tensor]:
+    """state_dict (or a gathered full one) without the tied head (it is wte), ready for safetensors."""
+    state = dict(model.state_dict() if state is None else state)
     if model.config.tie_weights:
         state.pop("lm_head.weight", None)
     return {k: v.detach().contiguous() for k, v in state.items()}
 
 
-def save_model(model: GPT, folder: str | Path) -> Path:
+def save_model(model: GPT, folder: str | Path, state: dict | None = None) -> Path:
+    """Write the model folder; `state` is a full state dict gathered from a sharded (FSDP) model."""
     folder = Path(folder)
     with atomic_path(folder / WEIGHTS) as tmp:
-        save_file(model_state(model), str(tmp))
+        save_file(model_state(model, state), str(tmp))
     write_json(folder / META, {"format": FORMAT, "version": VERSION,
                                "config": model.config.to_dict(), "prores_step": model.prores_step})
     return folder

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import ReslabError
 from ..fileio import write_json
-from ..model.io import load_weights, save_model
+from ..model.io import save_model
 
 STEP_PREFIX, BEST_PREFIX = "step_", "best_step_"
 
@@ -61,13 +61,17 @@ def load_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict, grou
     optimizer.load_state_dict({"state": state, "param_groups": saved_groups})
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, state: dict, keep: int) -> Path:
+def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, state: dict, keep: int,
+                    gathered: tuple | None = None) -> Path:
+    """gathered: (model state dict, optimizer tensors) of a sharded model, collected on every rank."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / _folder_name(STEP_PREFIX, step)
     tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tmp)
+    save_model(model, tmp, state=gathered[0] if gathered else None)
     tensors, groups = optimizer_tensors(optimizer)
+    if gathered:
+        tensors = gathered[1]
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     write_json(tmp / "state.json", dict(state, step=step, param_groups=groups))
     if final.exists():  # the same step saved again (e.g. final step == an interval step)
@@ -92,10 +96,10 @@ def complete_checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(p for p in ckpt_dir.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file())
 
 
-def save_best(ckpt_dir: Path, step: int, model, val_loss: float) -> None:
+def save_best(ckpt_dir: Path, step: int, model, val_loss: float, state: dict | None = None) -> None:
     """Keep the model of the best evaluation so far apart from the rolling checkpoints."""
     folder = ckpt_dir / _folder_name(BEST_PREFIX, step)
-    save_model(model, folder)
+    save_model(model, folder, state=state)
     previous = read_best(ckpt_dir)
     write_json(ckpt_dir / "best.json", {"step": step, "val_loss": val_loss, "folder": folder.name})
     if previous and previous["folder"] != folder.name:
@@ -112,15 +116,12 @@ def read_best(ckpt_dir: Path) -> dict | None:
         return None
 
 
-def load_checkpoint(folder: Path, model, optimizer) -> dict:
-    """Load weights and optimizer state into the given objects; returns state.json's content."""
-    where = str(folder)
+def read_checkpoint(folder: Path) -> tuple[dict, dict, dict]:
+    """(state.json, model tensors, optimizer tensors) of a complete checkpoint folder."""
     try:
         state = json.loads((folder / "state.json").read_text())
         weights = load_file(str(folder / "model.safetensors"))
         tensors = load_file(str(folder / "optimizer.safetensors"))
     except (OSError, json.JSONDecodeError, SafetensorError) as e:
-        raise ReslabError(f"{where}: checkpoint cannot be read ({e})") from None
-    load_weights(model, weights, where)
-    load_optimizer_tensors(optimizer, tensors, state["param_groups"], where)
-    return state
+        raise ReslabError(f"{folder}: checkpoint cannot be read ({e})") from None
+    return state, weights, tensors

@@ -61,7 +61,7 @@ class TrainConfig:
     tf32: bool = True
     deterministic: bool = False        # framework deterministic algorithms (bit-exact reruns)
     threads: Optional[int] = None      # CPU threads for this run
-    parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun; fsdp is refused (not built yet)
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (ddp) or shard (fsdp, FSDP2)
     progress: Literal["auto", "bar", "lines", "off"] = "auto"
     tensorboard: bool = False
     wandb: bool = False
@@ -111,9 +111,9 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"train.keep_checkpoints: must be >= 1, got {t.keep_checkpoints}")
     if t.threads is not None and t.threads < 1:
         errors.append(f"train.threads: must be >= 1, got {t.threads}")
-    if t.parallel == "fsdp":
-        errors.append("train.parallel: 'fsdp' is not available yet (sharded checkpoints are not "
-                      "built); use 'ddp'")
+    if t.parallel == "fsdp" and cfg.diagnostics.enabled:
+        errors.append("diagnostics.enabled: diagnostics read whole parameters and gradients, which FSDP "
+                      "shards; use train.parallel = 'ddp' for a run with diagnostics")
     if not o.lr > 0:
         errors.append(f"optim.lr: must be positive, got {o.lr}")
     if not 0 <= o.min_lr <= o.lr:

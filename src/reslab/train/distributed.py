@@ -64,9 +64,51 @@ def gather_objects(d: Dist, obj):
     return out
 
 
-def wrap(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, d: Dist, device: torch.device, parallel: str = "ddp") -> torch.nn.Module:
+    """DDP replicates the model; FSDP2 (fully_shard per block, then the root) shards parameters,
+    gradients and optimizer state across processes, for models too large to replicate."""
     if not d.active:
+        return model
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def sharded(d: Dist, parallel: str) -> bool:
+    return d.active and parallel == "fsdp"
+
+
+def gather_full_state(model, optimizer=None) -> tuple[dict, dict | None]:
+    """Full (unsharded) model state and optimizer tensors of an FSDP model, on rank 0's CPU.
+    Collective: every rank calls it. Optimizer tensors use checkpoint.py's "<param name>/<moment>" keys."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_sd = get_model_state_dict(model, options=options)
+    if optimizer is None:
+        return model_sd, None
+    osd = get_optimizer_state_dict(model, optimizer, options=options)
+    # With cpu_offload only rank 0 receives the tensors; the other ranks get empty dicts.
+    tensors = {f"{name}/{key}": value for name, moments in osd.get("state", {}).items()
+               for key, value in moments.items()}
+    return model_sd, tensors
+
+
+def load_sharded_optimizer(model, optimizer, tensors: dict, groups: list) -> None:
+    """Load checkpoint.py-format optimizer tensors into an FSDP model's optimizer (collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state: dict = {}
+    for key, value in tensors.items():
+        name, moment = key.split("/", 1)
+        state.setdefault(name, {})[moment] = value
+    osd = {"state": state, "param_groups": [dict(g, params=list(g["names"])) for g in groups]}
+    set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))

@@ -24,9 +24,11 @@ from ..data.batches import EvalBatches, TrainBatches
 from ..diagnostics import Diagnostics, DiagnosticsFile, diagnostic_batch, spike_score
 from ..errors import ReslabError
 from ..model.gpt import GPT
+from ..model.io import load_weights
 from ..progress import Progress
 from . import distributed
-from .checkpoint import complete_checkpoints, load_checkpoint, save_best, save_checkpoint
+from .checkpoint import (complete_checkpoints, load_optimizer_tensors, read_checkpoint, save_best,
+                         save_checkpoint)
 from .config import RunConfig
 from .determinism import derive_seed, rng_state, set_determinism, set_rng_state
 from .optim import build_optimizer, learning_rate
@@ -106,14 +108,18 @@ def _runtime(cfg: RunConfig) -> Runtime:
     return Runtime(d, device, dtype, {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype))
 
 
-def _resume(folder: RunFolder, resuming: bool, raw_model, optimizer, scaler, d, log) -> tuple:
-    """(start step, best val loss, last val loss) from the newest complete checkpoint, or a fresh start."""
-    checkpoints = complete_checkpoints(folder.ckpt_dir)
-    if not checkpoints:
+def _resume(folder: RunFolder, resuming: bool, ckpt, model, optimizer, scaler, d, sharded: bool, log) -> tuple:
+    """(start step, best val loss, last val loss) from the newest complete checkpoint (its weights are
+    already loaded), or a fresh start. Restores the optimizer, the RNG and the grad scaler."""
+    if ckpt is None:
         if resuming and d.main:
             folder.truncate_metrics(-1)  # killed before its first checkpoint: start again
         return 0, None, None
-    state = load_checkpoint(checkpoints[-1], raw_model, optimizer)
+    path, state, _, opt_tensors = ckpt
+    if sharded:
+        distributed.load_sharded_optimizer(model, optimizer, opt_tensors, state["param_groups"])
+    else:
+        load_optimizer_tensors(optimizer, opt_tensors, state["param_groups"], str(path))
     rngs = state["rng"]
     set_rng_state(rngs[d.rank] if d.rank < len(rngs) else rngs[0])
     if state.get("scaler"):
@@ -135,7 +141,7 @@ def _update(model, raw_model, optimizer, scaler, batches: TrainBatches, step: in
         x, y = batches.get(step, d.rank * t_cfg.grad_accum + i)
         x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
         sync = not d.active or i == t_cfg.grad_accum - 1  # DDP all-reduces on the last micro-batch
-        with (contextlib.nullcontext() if sync else model.no_sync()):
+        with (model.no_sync() if not sync and hasattr(model, "no_sync") else contextlib.nullcontext()):
             with rt.autocast():
                 _, loss = model(x, y)
             if t_cfg.nan_at_step is not None and step == t_cfg.nan_at_step:
@@ -147,6 +153,8 @@ def _update(model, raw_model, optimizer, scaler, batches: TrainBatches, step: in
         before_clip()
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip)
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor holding the global norm
+        grad_norm = grad_norm.full_tensor()
     return distributed.mean_across(d, loss_sum / t_cfg.grad_accum).item(), float(grad_norm)
 
 
@@ -176,7 +184,13 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     if d.main:
         folder.save_tokenizer(data.tokenizer)
     raw_model = GPT(model_cfg, seed=init_seed).to(device)
-    optimizer = build_optimizer(raw_model, o_cfg, device.type)
+    checkpoints = complete_checkpoints(folder.ckpt_dir)
+    ckpt = (checkpoints[-1], *read_checkpoint(checkpoints[-1])) if checkpoints else None
+    if ckpt:
+        load_weights(raw_model, ckpt[2], str(ckpt[0]))  # before wrapping: FSDP shards what it finds
+    model = distributed.wrap(raw_model, d, device, t_cfg.parallel)
+    sharded = distributed.sharded(d, t_cfg.parallel)
+    optimizer = build_optimizer(raw_model, o_cfg, device.type)  # after wrapping: FSDP swaps parameters
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "float16")
     torch.manual_seed(dropout_seed + d.rank)  # the global RNG now feeds dropout only
 
@@ -190,7 +204,7 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                            g_cfg.interval or t_cfg.eval_interval, t_cfg.steps, autocast)
         diag_file = DiagnosticsFile(folder.path)
 
-    start, best, final_val = _resume(folder, resuming, raw_model, optimizer, scaler, d, log)
+    start, best, final_val = _resume(folder, resuming, ckpt, model, optimizer, scaler, d, sharded, log)
     if diag_file:
         diag_file.truncate_before(start)  # diagnostics: step `start` is measured again
     if start >= t_cfg.steps and folder.read_status().get("status") in ("completed", "diverged"):
@@ -198,7 +212,6 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
         return RunResult(status["status"], status.get("step", start), status.get("best_val_loss"),
                          status.get("final_val_loss"), folder.path)
 
-    model = distributed.wrap(raw_model, d, device)
     if t_cfg.compile:
         model = torch.compile(model)
     if d.main:
@@ -233,16 +246,20 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
                 last_val = final_val = val
                 improved = best is None or val < best
                 best = val if improved else best
+                # FSDP: gathering the full state is collective, so every rank takes part
+                best_state = distributed.gather_full_state(model)[0] if sharded and improved and step > 0 else None
                 if d.main:
                     folder.log({"step": step, "val_loss": val})
                     sinks.log({"step": step, "val_loss": val})
                     progress.message(f"{cfg.name} step {step}: val loss {val:.4f}")
                     if improved and step > 0:
-                        save_best(folder.ckpt_dir, step, raw_model, val)
+                        save_best(folder.ckpt_dir, step, raw_model, val, state=best_state)
                 save_now = step == t_cfg.steps or (ckpt_every and step % ckpt_every == 0 and step > 0)
                 state = checkpoint_state(step) if save_now else None
+                gathered = distributed.gather_full_state(model, optimizer) if save_now and sharded else None
                 if save_now and d.main:
-                    save_checkpoint(folder.ckpt_dir, step, raw_model, optimizer, state, t_cfg.keep_checkpoints)
+                    save_checkpoint(folder.ckpt_dir, step, raw_model, optimizer, state, t_cfg.keep_checkpoints,
+                                    gathered=gathered)
                 t0 += time.perf_counter() - eval_start  # throughput counts training time only
             diag_row = None  # diagnostics: measured before this step's update, logged after it
             if diag is not None and diag.due(step):
