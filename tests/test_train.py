@@ -299,3 +299,19 @@ def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, cor
     rows = [json.loads(l) for l in (whole.path / "metrics.jsonl").read_text().splitlines() if "train_loss" in l]
     for row in rows:  # a train row's alphas are the ones its update used: alpha(l, step - 1)
         assert row["prores_alpha"] == [prores_alpha("linear", l, row["step"] - 1, 3, 5) for l in (1, 2, 3)]
+
+
+def test_export_hf_accepts_a_run_folder(tmp_path, corpus):
+    pytest.importorskip("transformers")
+    from transformers import GPT2LMHeadModel
+
+    import reslab
+
+    result = train(tiny_config(corpus, tmp_path / "c", **{"model.dropout": 0.0}), tmp_path / "r", log=lambda *_: None)
+    assert main(["export", "hf", str(result.path), str(tmp_path / "hf")]) == 0
+    best = json.loads((result.path / "checkpoints" / "best.json").read_text())["folder"]
+    ours = reslab.load_model(result.path / "checkpoints" / best).eval()
+    theirs = GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    idx = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (theirs(idx).logits - ours(idx)).abs().max() < 1e-5

@@ -162,8 +162,10 @@ def cmd_presets(args) -> None:
 
 def cmd_export_hf(args) -> None:
     from .hf import export_hf
+    from .train.checkpoint import model_folder_of
 
-    out = export_hf(args.model, args.out)
+    model_dir, _ = model_folder_of(Path(args.model), "best")  # a run folder: its best checkpoint
+    out = export_hf(model_dir, args.out)
     print(out)
 
 
@@ -230,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="convert a reslab model to another library's format")
     esub = e.add_subparsers(dest="target", required=True, parser_class=_Parser)
     eh = esub.add_parser("hf", help="write a pre-ln model folder as a Hugging Face GPT-2 folder")
-    eh.add_argument("model", help="reslab model folder (model.json + model.safetensors)")
+    eh.add_argument("model", help="reslab model folder (model.json + model.safetensors), or a run folder "
+                                  "(its best checkpoint)")
     eh.add_argument("out", help="output folder for config.json + model.safetensors")
     eh.set_defaults(func=cmd_export_hf)
 

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import ReslabError
 from ..fileio import write_json
-from ..model.io import save_model
+from ..model.io import META, save_model
 
 STEP_PREFIX, BEST_PREFIX = "step_", "best_step_"
 
@@ -125,3 +125,18 @@ def read_checkpoint(folder: Path) -> tuple[dict, dict, dict]:
     except (OSError, json.JSONDecodeError, SafetensorError) as e:
         raise ReslabError(f"{folder}: checkpoint cannot be read ({e})") from None
     return state, weights, tensors
+
+
+def model_folder_of(path: Path, which: str = "best") -> tuple[Path, Path]:
+    """(model folder, run folder) for a run folder (its best or last checkpoint) or a model folder
+    (returned twice)."""
+    if (path / META).is_file():
+        return path, path
+    ckpt = path / "checkpoints"
+    best = read_best(ckpt)
+    if which == "best" and best and (ckpt / best["folder"] / META).is_file():
+        return ckpt / best["folder"], path
+    steps = complete_checkpoints(ckpt)
+    if not steps:
+        raise ReslabError(f"{path}: neither a model folder nor a run folder with a checkpoint")
+    return steps[-1], path

@@ -8,29 +8,15 @@ import torch
 
 from ..errors import ReslabError
 from ..fileio import read_json
-from ..model.io import META, load_model
-from .checkpoint import complete_checkpoints, read_best
-
-
-def _model_folder(path: Path, which: str) -> tuple[Path, Path]:
-    """(model folder, folder holding tokenizer.json) for a run folder or a model folder."""
-    if (path / META).is_file():
-        return path, path
-    ckpt = path / "checkpoints"
-    best = read_best(ckpt)
-    if which == "best" and best and (ckpt / best["folder"] / META).is_file():
-        return ckpt / best["folder"], path
-    steps = complete_checkpoints(ckpt)
-    if not steps:
-        raise ReslabError(f"{path}: neither a model folder nor a run folder with a checkpoint")
-    return steps[-1], path
+from ..model.io import load_model
+from .checkpoint import model_folder_of
 
 
 def sample(path: str | Path, prompt: str = "\n", tokens: int = 300, temperature: float = 0.8,
            top_k: int | None = 200, seed: int = 0, which: str = "best") -> str:
     from ..data.tokenizers import from_json
 
-    model_dir, tok_dir = _model_folder(Path(path), which)
+    model_dir, tok_dir = model_folder_of(Path(path), which)
     tok_path = tok_dir / "tokenizer.json"
     tokenizer = from_json(read_json(tok_path, "the run's tokenizer, needed for sampling"), where=str(tok_path))
     if tokens < 1 or temperature <= 0:
