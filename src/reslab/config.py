@@ -6,13 +6,12 @@ checks here are the ones that hold for every design (shapes, ranges).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
 from .errors import ConfigError
 from .model.prores import SCHEDULE_NAMES
-from .typed import from_dict
+from .typed import Typed
 
 Norm = Literal["layernorm", "rmsnorm", "none"]
 Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier"]
@@ -22,7 +21,9 @@ GainMode = Literal["runtime", "init"]
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Typed):
+    TABLE = "model"
+
     design: str = "pre-ln"            # block design, see `reslab variants`
     vocab_size: int = 65
     n_layer: int = 6
@@ -68,16 +69,6 @@ class ModelConfig:
         if self.mlp == "swiglu":
             return int(8 * round(hidden * 2 / 3 / 8)) or 8
         return int(round(hidden))
-
-    def replace(self, **changes) -> "ModelConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict, prefix: str = "model") -> "ModelConfig":
-        return from_dict(cls, data, prefix)
 
 
 def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:

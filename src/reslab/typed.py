@@ -98,3 +98,20 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
 
 def to_dict(obj: Any) -> dict:
     return dataclasses.asdict(obj)
+
+
+class Typed:
+    """Mixin for the frozen config dataclasses: copy with changes, plain dict, checked construction.
+    TABLE names the config's table in error paths (e.g. "model.n_head")."""
+
+    TABLE = ""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, prefix: str | None = None):
+        return from_dict(cls, data, cls.TABLE if prefix is None else prefix)

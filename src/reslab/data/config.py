@@ -6,13 +6,12 @@ meaningless combinations. Each error names its field path, e.g. "data.path: ..."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..typed import from_dict
+from ..typed import Typed
 
 CorpusKind = Literal["tinyshakespeare", "text", "hf", "kjv"]
 TokenizerKind = Literal["char", "gpt2", "bpe", "hf"]
@@ -22,7 +21,9 @@ MIN_BPE_VOCAB = 257
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Typed):
+    TABLE = "data"
+
     corpus: CorpusKind = "tinyshakespeare"
     path: Optional[str] = None            # text file for corpus=text, or an explicit TinyShakespeare file
     hf_dataset: Optional[str] = None      # corpus=hf: name passed to datasets.load_dataset
@@ -37,16 +38,6 @@ class DataConfig:
     download: bool = True                 # fetch TinyShakespeare when no local copy is found
     fallback: bool = True                 # use the KJV Bible when TinyShakespeare is unavailable
     cache_dir: Optional[str] = None       # default: $RESLAB_DATA_DIR, else ~/.cache/reslab
-
-    def replace(self, **changes) -> "DataConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict, prefix: str = "data") -> "DataConfig":
-        return from_dict(cls, data, prefix)
 
 
 def cache_root(cfg: DataConfig) -> Path:

@@ -6,7 +6,6 @@ overrides either. Loading reports every problem in the file at once, each with i
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -16,7 +15,7 @@ from ..data.config import DataConfig
 from ..data.config import check as check_data
 from ..errors import ConfigError, ReslabError
 from ..model.registry import resolve as resolve_model
-from ..typed import from_dict
+from ..typed import Typed, from_dict
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -82,19 +81,15 @@ class DiagnosticsConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Typed):
+    TABLE = ""
+
     name: str = "run"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)  # [diagnostics] table
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def replace(self, **tables) -> "RunConfig":
-        return dataclasses.replace(self, **tables)
 
 
 def _semantic_errors(cfg: RunConfig) -> list[str]:
