@@ -25,7 +25,7 @@ import torch
 
 from .config import ModelConfig
 from .errors import ConfigError, ReslabError
-from .fileio import read_json, atomic_path, write_json
+from .fileio import atomic_path, read_json, write_json
 from .model.gpt import GPT
 
 HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -260,10 +260,6 @@ def _field(conf: dict, path: Path, name: str, kind: str):
     return value
 
 
-def _read_json(path: Path) -> dict:
-    return read_json(path, "Hugging Face config")
-
-
 def _init_std(conf: dict) -> float:
     """initializer_range, if usable (it only matters for re-initialising, never for the weights)."""
     v = conf.get("initializer_range")
@@ -329,7 +325,7 @@ def read_hf_weights(folder: Path) -> tuple[dict[str, torch.Tensor], str]:
     if single.is_file():
         return _load_safetensors(single), str(single)
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_json(index, "Hugging Face shard index").get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ReslabError(f"{index}: weight_map must be a non-empty object of tensor name -> shard file")
         state = {}
@@ -360,7 +356,7 @@ def import_hf(hf_folder: str | Path) -> GPT:
     conf_path = folder / HF_CONFIG
     if not conf_path.is_file():
         raise ReslabError(f"{conf_path}: not found; a Hugging Face GPT-2 folder holds {HF_CONFIG} and {HF_WEIGHTS}")
-    cfg = hf_config_to_reslab(_read_json(conf_path), conf_path)
+    cfg = hf_config_to_reslab(read_json(conf_path, "Hugging Face config"), conf_path)
     state, where = read_hf_weights(folder)
     ours = reslab_state_from_gpt2(state, cfg, where)
     bad = sorted(k for k, v in ours.items() if not v.is_floating_point())

@@ -188,13 +188,13 @@ def load_prepared(folder: str | Path) -> PreparedData:
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         raise ReslabError(f"{folder}: incomplete prepared dataset (no meta.json); prepare it again")
-    meta = _read_json(meta_path)
+    meta = read_json(meta_path, "prepared data")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ReslabError(f"{meta_path}: not a reslab prepared-dataset meta.json")
     if meta.get("version") != VERSION:
         raise ReslabError(f"{meta_path}: prepared-dataset version {meta.get('version')!r}; this reslab "
                           f"reads {VERSION}; prepare it again")
-    tok = from_json(_read_json(folder / "tokenizer.json"), where=str(folder / "tokenizer.json"))
+    tok = from_json(read_json(folder / "tokenizer.json", "prepared data"), where=str(folder / "tokenizer.json"))
     vocab = meta.get("vocab_size")
     if tok.vocab_size != vocab:
         raise ReslabError(f"{folder}: tokenizer.json has {tok.vocab_size:,} tokens, meta.json says {vocab!r}")
@@ -207,7 +207,3 @@ def load_prepared(folder: str | Path) -> PreparedData:
                               f"meta.json says {meta.get(f'{split}_tokens')!r} tokens of {vocab!r}")
         arrays[split] = read_shard(path)
     return PreparedData(arrays["train"], arrays["val"], int(vocab), tok, meta, folder)
-
-
-def _read_json(path: Path):
-    return read_json(path, "prepared data")

@@ -16,8 +16,9 @@ sublayer reads; the *_dual columns measure xd, the plain pre-ln-like sum of bran
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ..diagnostics.stats import adjacent_change, group_norm, hidden_norm, mean_pairwise_cosine
 
 
 def random_batch(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,33 +29,17 @@ def random_batch(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Ten
     return idx, targets
 
 
-def _unit(x: torch.Tensor) -> torch.Tensor:
-    # Parameter-free LayerNorm: the scale of x must not enter the adjacent-layer change.
-    return F.layer_norm(x, x.shape[-1:])
-
-
 def stream_stats(xs: list[torch.Tensor]) -> dict[str, list[float]]:
-    """act_norm, adj_change (from layer 1), cos_sim of a list of (B, T, C) streams x_0..x_L."""
-    act, change, cos = [], [], []
-    for k, x in enumerate(xs):
-        C = x.shape[-1]
-        act.append((x.norm(dim=-1) / C ** 0.5).mean().item())
-        u = F.normalize(x, dim=-1)
-        gram = u @ u.transpose(-1, -2)                       # (B, T, T) cosine similarities
-        T = x.shape[-2]
-        off = (gram.sum(dim=(-1, -2)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)) / max(T * (T - 1), 1)
-        cos.append(off.mean().item())
-        if k > 0:
-            change.append((_unit(x) - _unit(xs[k - 1])).norm(dim=-1).mean().item())
-    return {"act_norm": act[1:], "adj_change": change, "cos_sim": cos[1:]}
+    """act_norm, adj_change (from layer 1), cos_sim of a list of (B, T, C) streams x_0..x_L,
+    with the same formulas as the training diagnostics (reslab.diagnostics.stats)."""
+    C = xs[0].shape[-1]
+    return {"act_norm": [hidden_norm(x) / C ** 0.5 for x in xs[1:]],
+            "adj_change": [adjacent_change(a, b) for a, b in zip(xs, xs[1:])],
+            "cos_sim": [mean_pairwise_cosine(x) for x in xs[1:]]}
 
 
 def _grad_norm(params) -> float:
-    total = 0.0
-    for p in params:
-        if p.grad is not None:
-            total += p.grad.detach().double().pow(2).sum().item()
-    return total ** 0.5
+    return group_norm(p.grad for p in params)
 
 
 def probe_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> dict:
