@@ -226,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_probe_parser(sub)
 
+    from .sweep.cli import add_parsers as add_sweep_parsers
+
+    add_sweep_parsers(sub, _Parser)
+
     pr = sub.add_parser("presets", help="list the built-in run presets")
     pr.set_defaults(func=cmd_presets)
 

@@ -1,7 +1,7 @@
 """Build frozen dataclasses from plain dicts (TOML, JSON, --set), reporting every bad field.
 
-Only the field types reslab uses are supported: bool, int, float, str, Literal[...], Optional[...]
-and nested dataclasses. Each error names the dotted path of its field, so a user can find it.
+Only the field types reslab uses are supported: bool, int, float, str, Literal[...], Optional[...],
+list[T], dict[str, T], a plain dict (any table, checked elsewhere) and nested dataclasses. Each error names the dotted path of its field, so a user can find it.
 """
 
 from __future__ import annotations
@@ -45,6 +45,22 @@ def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
             errors.append(f"{path}: {value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
         return value
+    if origin is list or tp is list:
+        if not isinstance(value, list):
+            errors.append(f"{path}: expected a list, got {value!r}")
+            return value
+        if tp is list:
+            return value
+        (item,) = typing.get_args(tp)
+        return [_check_value(item, v, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a table, got {value!r}")
+            return value
+        if tp is dict:
+            return value
+        _, item = typing.get_args(tp)
+        return {k: _check_value(item, v, f"{path}.{k}", errors) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             errors.append(f"{path}: expected a table of {tp.__name__} fields, got {value!r}")

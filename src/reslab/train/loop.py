@@ -159,9 +159,20 @@ def _update(model, raw_model, optimizer, scaler, batches: TrainBatches, step: in
 
 
 def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
-    """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one)."""
-    t_cfg, o_cfg = cfg.train, cfg.optim
+    """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one).
+    The folder is locked while training: a second process on the same run is refused."""
     rt = _runtime(cfg)
+    folder = RunFolder(out)
+    if rt.dist.main:
+        folder.lock()
+    try:
+        return _train(cfg, rt, folder, log)
+    finally:
+        folder.close()
+
+
+def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
+    t_cfg, o_cfg = cfg.train, cfg.optim
     d, device, dtype, autocast = rt.dist, rt.device, rt.dtype, rt.autocast
 
     # ---- data and model ---------------------------------------------------------------------------
@@ -179,7 +190,6 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     data_seed = t_cfg.data_seed if t_cfg.data_seed is not None else derive_seed(seed, "data")
     dropout_seed = t_cfg.dropout_seed if t_cfg.dropout_seed is not None else derive_seed(seed, "dropout")
 
-    folder = RunFolder(out)
     resuming = folder.claim(cfg.to_dict()) if d.main else True
     if d.main:
         folder.save_tokenizer(data.tokenizer)

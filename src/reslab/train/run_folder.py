@@ -13,12 +13,19 @@ checkpoint's step, so lines written after the last checkpoint of a killed run ar
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 
 from ..errors import ReslabError
 from ..fileio import JsonlLog, write_json
+
+
+class FolderBusy(ReslabError):
+    """Another process holds the run folder's lock."""
 
 
 class RunFolder:
@@ -29,6 +36,35 @@ class RunFolder:
         self.metrics_path = self.path / "metrics.jsonl"
         self.ckpt_dir = self.path / "checkpoints"
         self._metrics = JsonlLog(self.metrics_path)
+        self._lock_fd: int | None = None
+
+    # ---- one writer at a time ----
+    def lock(self) -> None:
+        """Hold an exclusive lock on the folder for this process's life (released by the OS when it
+        ends, even by SIGKILL), so two processes never train the same run at once. Then delete what
+        a killed writer left half-written."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FolderBusy(f"{self.path}: another process is training this run; wait for it to finish") from None
+        self._lock_fd = fd
+        self.remove_partial_files()
+
+    def remove_partial_files(self) -> int:
+        """Delete atomic-write temporaries (.NAME.XXXX.tmp) and half-written checkpoint folders
+        (.tmp-step_*) left by a killed writer. Only safe while holding the lock."""
+        removed = 0
+        for p in list(self.path.rglob(".*")):
+            if p.is_file() and p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+                removed += 1
+            elif p.is_dir() and p.name.startswith(".tmp-"):
+                shutil.rmtree(p, ignore_errors=True)
+                removed += 1
+        return removed
 
     # ---- config ----
     def claim(self, config: dict) -> bool:
@@ -81,3 +117,6 @@ class RunFolder:
 
     def close(self) -> None:
         self._metrics.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the lock
+            self._lock_fd = None

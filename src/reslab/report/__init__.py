@@ -1,0 +1,1 @@
+"""Reports of sweeps: statistics, plots, Markdown and HTML."""

@@ -1,0 +1,249 @@
+"""Run a sweep: plan, skip what is finished, train the rest in parallel worker slots, index it all.
+
+    for each planned run:  finished (completed / diverged) -> skip;  else queue (resumes if it can)
+    local executor:  `jobs` slots, each a `python -m reslab.sweep.worker RUN_DIR` process
+                     CPU: each slot gets cores // jobs threads;  GPU: each slot its own CUDA_VISIBLE_DEVICES
+    slurm executor:  one array task per run through submitit (see executors.py)
+
+Only this orchestrating process writes the index. Workers die with it (PR_SET_PDEATHSIG), and a
+run folder is locked while trained, so a killed-and-restarted sweep never trains a run twice at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ReslabError
+from ..progress import _duration
+from .spec import PlannedRun, SweepSpec, expand
+from .store import FINISHED, Store, run_row_from_folder
+from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
+
+
+@dataclass
+class SweepResult:
+    planned: int
+    skipped: int = 0                   # already finished before this invocation
+    statuses: dict = field(default_factory=dict)   # run id -> completed / diverged / failed
+    wall_s: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.statuses.values() if s == status)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills the worker if the sweep dies
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _gpus_for(runs: list[PlannedRun]) -> int:
+    """How many GPUs the sweep's workers can share (0: the runs train on the CPU)."""
+    if not runs or all(r.config.train.device == "cpu" for r in runs):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_jobs(runs: list[PlannedRun]) -> int:
+    """One worker per GPU; on CPU one single-threaded worker per core (measured fastest for small
+    models on 2 cores: see README, Sweeps)."""
+    return _gpus_for(runs) or cpu_count()
+
+
+def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, Path, str]]:
+    """(run, folder, status) for every planned run; status from the folder (pending if new)."""
+    out = []
+    for run in runs:
+        folder = store.folder_for(run.id, run.label)
+        status = {}
+        if (folder / "status.json").is_file():
+            try:
+                status = json.loads((folder / "status.json").read_text())
+            except json.JSONDecodeError:
+                status = {}
+        out.append((run, folder, status.get("status", "pending")))
+    return out
+
+
+def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str) -> None:
+    store.save_spec(spec.name, {
+        "spec": spec.to_dict(), "source": source,
+        "runs": [dict(r.membership(), id=r.id, label=r.label) for r in runs]})
+
+
+class SweepView:
+    """The live view of a sweep: one line with done / running / failed / queued and an ETA, redrawn
+    on a terminal, printed on every change otherwise; finished runs get a line each."""
+
+    def __init__(self, name: str, total: int, jobs: int, stream=None):
+        self.name, self.total, self.jobs = name, total, jobs
+        self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.walls: list[float] = []
+        self.last = ""
+
+    def line(self, done: int, running: int, failed: int, diverged: int, queued: int) -> str:
+        eta = "--:--"
+        if self.walls:
+            mean = sum(self.walls) / len(self.walls)
+            eta = _duration(mean * (queued + running) / max(self.jobs, 1))
+        return (f"sweep {self.name}: {done}/{self.total} done ({diverged} diverged), {running} running, "
+                f"{failed} failed, {queued} queued, eta {eta}")
+
+    def show(self, **counts) -> None:
+        text = self.line(**counts)
+        if text == self.last:
+            return
+        self.last = text
+        self.stream.write(f"\r\033[K{text}" if self.tty else text + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
+        self.stream.flush()
+        self.last = ""
+
+    def close(self) -> None:
+        if self.tty and self.last:
+            self.stream.write("\n")
+
+
+def _prepare_data(runs: list[PlannedRun], log) -> None:
+    """Tokenize every distinct dataset once, here, before workers start (they then only read it)."""
+    from ..data import prepare_dataset
+
+    seen = set()
+    for run in runs:
+        key = json.dumps(run.config.data.__dict__, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            prepare_dataset(run.config.data, progress=False, log=log)
+
+
+def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result: SweepResult,
+            run_id: str, code: int) -> str:
+    """Record one worker's end: timings into sweep.json, the folder's status into the index."""
+    wall = time.time() - started
+    meta = store.read_membership(run_dir)
+    store.write_membership(run_dir, run_id, meta["config"], started_at=started,
+                           finished_at=time.time(), wall_s=(meta.get("wall_s") or 0.0) + wall)
+    row = run_row_from_folder(run_dir)
+    status = row["status"] if code != EXIT_BUSY else "busy"
+    if code not in (EXIT_COMPLETED, EXIT_DIVERGED, EXIT_BUSY) and status not in ("failed",):
+        status = row["status"] = "failed"
+        row["error"] = row.get("error") or f"worker exited with status {code}; see {run_dir / 'worker.log'}"
+    store.upsert_run(row)
+    result.statuses[run_id] = status
+    best = row.get("best_val_loss")
+    detail = f"best val loss {best:.4f}" if isinstance(best, float) else (row.get("error") or "")
+    if status == "busy":
+        detail = "another process is training it; left alone"
+    view.walls.append(wall)
+    view.message(f"{status:<9} {run_dir.name}  {detail}  ({wall:.0f} s)")
+    return status
+
+
+def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: list[str] | None = None,
+              executor: str = "local", source: str = "", log=None, stream=None) -> SweepResult:
+    """Train every unfinished run of `spec` into `store`; returns what happened to each."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    t0 = time.time()
+    runs = expand(spec, scales)
+    record_spec(store, spec, runs, source)
+    planned = plan_status(store, runs)
+    result = SweepResult(planned=len(runs))
+    todo = []
+    for run, folder, status in planned:
+        store.write_membership(folder, run.id, run.config.to_dict(), run.membership())
+        store.add_members(run.id, [run.membership()])
+        row = run_row_from_folder(folder)
+        if status in FINISHED:
+            result.skipped += 1
+            result.statuses[run.id] = status
+        elif row["status"] == "running":
+            row["status"] = "interrupted"  # the folder says running, but no sweep process owns it now
+        store.upsert_run(row)
+        if status not in FINISHED:
+            todo.append((run, folder))
+    jobs = jobs or default_jobs(runs)
+    if jobs < 1:
+        raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
+    log(f"sweep {spec.name}: {len(runs)} runs planned, {result.skipped} already finished, "
+        f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''} (store {store.root})")
+    if todo:
+        _prepare_data([r for r, _ in todo], log)
+        view = SweepView(spec.name, len(runs), jobs, stream)
+        if executor == "local":
+            _run_local(todo, store, jobs, _gpus_for([r for r, _ in todo]), view, result)
+        else:
+            from .executors import run_submitit
+
+            run_submitit(todo, store, spec, jobs, executor, view, result, _finish)
+        view.close()
+    result.wall_s = time.time() - t0
+    return result
+
+
+def _worker_env(slot: int, jobs: int, gpus: int) -> dict:
+    env = dict(os.environ)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+    threads = max(1, cpu_count() // jobs)
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), RESLAB_THREADS=str(threads))
+    return env
+
+
+def _run_local(todo, store: Store, jobs: int, gpus: int, view: SweepView, result: SweepResult) -> None:
+    queue = list(todo)
+    running: dict[int, tuple] = {}  # slot -> (process, run, folder, started, log file)
+
+    def counts() -> dict:
+        done = sum(1 for s in result.statuses.values() if s in FINISHED)
+        return dict(done=done, running=len(running), failed=result.count("failed"),
+                    diverged=result.count("diverged"), queued=len(queue))
+
+    try:
+        while queue or running:
+            for slot in range(jobs):
+                if slot in running or not queue:
+                    continue
+                run, folder = queue.pop(0)
+                folder.mkdir(parents=True, exist_ok=True)
+                logf = open(folder / "worker.log", "ab")
+                proc = subprocess.Popen([sys.executable, "-m", "reslab.sweep.worker", str(folder)],
+                                        stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=_worker_env(slot, jobs, gpus), preexec_fn=_die_with_parent)
+                running[slot] = (proc, run, folder, time.time(), logf)
+                store.upsert_run({"id": run.id, "path": str(folder), "status": "running"})
+            view.show(**counts())
+            time.sleep(0.2)
+            for slot, (proc, run, folder, started, logf) in list(running.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                logf.close()
+                del running[slot]
+                _finish(store, folder, started, view, result, run.id, code)
+            view.show(**counts())
+    except KeyboardInterrupt:
+        for proc, *_ in running.values():
+            proc.terminate()
+        for proc, *_ in running.values():
+            proc.wait()
+        raise

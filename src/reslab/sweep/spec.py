@@ -1,0 +1,295 @@
+"""A sweep spec: one TOML file declaring many runs, and its expansion into planned runs.
+
+    name = "partial-residual"
+    preset = "tiny"                      # optional: start from a built-in preset
+    seeds = [1337, 42]
+    baseline = "full"                    # the variant the report compares against
+
+    [base.train]                         # overrides for every run (any RunConfig table)
+    steps = 600
+    [variants.full]                      # named variants, each a set of overrides ({} = the base)
+    [variants.attn-only.model]
+    ffn_res = false
+    [scales.tiny.train]                  # optional named scales, picked with --scale
+    steps = 600
+    [grid]                               # optional axes: the cartesian product of their values
+    "optim.lr" = [1e-3, 3e-3]
+
+One run = scale x variant x grid point x seed. Its config is merged in this order (later wins):
+preset, base, scale, variant, grid point, then train.seed = seed. Its identity is a hash of that
+fully resolved config (its display name left out), so the same run is never trained twice and
+two different runs never share a folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ConfigError, ReslabError
+from ..train.config import RunConfig, build_run_config, preset_path
+from ..typed import Typed, from_dict
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # spec, variant and scale names become folder names
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """[slurm]: how `--executor slurm` asks for resources (one array task per run)."""
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    time_min: int = 240
+    gpus_per_run: int = 1              # > 1: the task launches torchrun with this many processes
+    cpus_per_task: int = 8
+    mem_gb: Optional[int] = None
+    max_parallel: Optional[int] = None  # array parallelism (default: --jobs)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published number shown beside ours in the report, labelled with where it comes from."""
+    variant: str
+    value: float
+    source: str
+    setup: str
+    metric: str = "best val loss"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """[report]: what the report needs to know about this experiment."""
+    no_skip: Optional[str] = None      # the variant with no skips: the collapse rule's reference
+    collapse_margin: float = 0.1       # nats: a run this close to the no-skip loss / unigram entropy collapsed
+    published: list[Published] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    probe: Optional[dict] = None       # init-time probe settings to run beside the sweep (studies)
+
+
+@dataclass(frozen=True)
+class SweepSpec(Typed):
+    name: str
+    seeds: list[int]
+    variants: dict[str, dict]
+    description: str = ""
+    question: str = ""
+    preset: Optional[str] = None
+    base: dict = field(default_factory=dict)
+    baseline: Optional[str] = None
+    scales: dict[str, dict] = field(default_factory=dict)
+    default_scales: Optional[list[str]] = None  # the scales run when --scale is not given (default: all)
+    grid: dict[str, list] = field(default_factory=dict)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    report: ReportOptions = field(default_factory=ReportOptions)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a sweep: where it sits in the spec, its config and its identity."""
+    spec: str
+    variant: str
+    scale: str                         # "" when the spec has no scales
+    grid: dict                         # {"optim.lr": 0.001, ...}; {} without a grid
+    seed: int
+    config: RunConfig
+    id: str
+
+    @property
+    def label(self) -> str:
+        parts = [self.variant] + [f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in self.grid.items()]
+        return "-".join(parts + ([self.scale] if self.scale else []) + [f"s{self.seed}"])
+
+    def membership(self) -> dict:
+        return {"spec": self.spec, "variant": self.variant, "scale": self.scale, "grid": self.grid,
+                "seed": self.seed}
+
+
+def _short(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def run_identity(config: RunConfig) -> str:
+    """12 hex digits of the SHA-256 of the resolved config, without its display name."""
+    data = config.to_dict()
+    data.pop("name")
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _nested(dotted: str, value) -> dict:
+    out: dict = value
+    for part in reversed(dotted.split(".")):
+        out = {part: out}
+    return out
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+# Fields the runner sets itself: a sweep's runs print no progress bars (the sweep shows its own view)
+# and take their thread budget from the runner, so neither may change a run's identity.
+RUNNER_FIXED = {"train": {"progress": "off", "threads": None}}
+
+
+def _check_overrides(table: dict, where: str, errors: list[str]) -> None:
+    """Unknown keys and wrong types in one override table, reported at their path in the spec."""
+    if "name" in table:
+        errors.append(f"{where}.name: a run's name is set by the sweep; remove it")
+        table = {k: v for k, v in table.items() if k != "name"}
+    try:
+        from_dict(RunConfig, table, prefix=where)
+    except ConfigError as e:
+        errors += e.errors
+
+
+def _grid_points(grid: dict[str, list]) -> list[dict]:
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _check_names(spec: SweepSpec, errors: list[str]) -> None:
+    if not NAME_RE.match(spec.name):
+        errors.append(f"name: {spec.name!r} must be letters, digits, '_', '.', '+' or '-' (it names folders)")
+    for kind, names in (("variants", spec.variants), ("scales", spec.scales)):
+        for n in names:
+            if not NAME_RE.match(n):
+                errors.append(f"{kind}.{n}: the name must be letters, digits, '_', '.', '+' or '-'")
+
+
+def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
+    _check_names(spec, errors)
+    if not spec.seeds:
+        errors.append("seeds: must list at least one seed, e.g. seeds = [1337, 42, 123]")
+    if any(s < 0 for s in spec.seeds):
+        errors.append(f"seeds: must be non-negative integers, got {spec.seeds}")
+    if len(set(spec.seeds)) != len(spec.seeds):
+        errors.append(f"seeds: {spec.seeds} repeats a seed; each seed is one run")
+    if not spec.variants:
+        errors.append("variants: declare at least one variant, e.g. [variants.baseline] (an empty table is the base)")
+    known = ", ".join(sorted(spec.variants)) or "none declared"
+    if spec.baseline is not None and spec.baseline not in spec.variants:
+        errors.append(f"baseline: unknown variant {spec.baseline!r}; variants are {known}")
+    if spec.report.no_skip is not None and spec.report.no_skip not in spec.variants:
+        errors.append(f"report.no_skip: unknown variant {spec.report.no_skip!r}; variants are {known}")
+    for i, p in enumerate(spec.report.published):
+        if p.variant not in spec.variants:
+            errors.append(f"report.published[{i}].variant: unknown variant {p.variant!r}; variants are {known}")
+    for s in spec.default_scales or []:
+        if s not in spec.scales:
+            errors.append(f"default_scales: unknown scale {s!r}; scales are "
+                          f"{', '.join(sorted(spec.scales)) or 'none declared'}")
+    if spec.preset is not None:
+        try:
+            preset_path(spec.preset)
+        except ReslabError as e:
+            errors.append(f"preset: {e}")
+    for key, values in spec.grid.items():
+        if not values:
+            errors.append(f"grid.{key}: list at least one value")
+    _check_overrides(spec.base, "base", errors)
+    for kind, tables in (("variants", spec.variants), ("scales", spec.scales)):
+        for n, table in tables.items():
+            _check_overrides(table, f"{kind}.{n}", errors)
+    for key, values in spec.grid.items():
+        for i, v in enumerate(values):
+            _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", errors)
+
+
+def parse_spec(data: dict, where: str = "spec") -> SweepSpec:
+    """A validated SweepSpec from a parsed TOML dict; every problem is reported at once with its path."""
+    try:
+        spec = from_dict(SweepSpec, data)
+    except ConfigError as e:
+        raise ConfigError([f"{where}: {line}" for line in e.errors]) from None
+    missing = [k for k in ("name", "seeds", "variants") if k not in data]
+    errors: list[str] = []
+    _check_structure(spec, errors)
+    if errors:
+        raise ConfigError([f"{where}: {line}" for line in errors + [f"{k}: required" for k in missing]])
+    expand(spec, where=where)  # every run's config must validate too
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise ReslabError(f"{path}: no such spec file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ReslabError(f"{path}: not valid TOML ({e})") from None
+    for k in ("name", "seeds", "variants"):
+        if k not in data:
+            raise ConfigError(f"{path}: {k}: required")
+    return parse_spec(data, where=str(path))
+
+
+def chosen_scales(spec: SweepSpec, scales: list[str] | None) -> list[str]:
+    if not spec.scales:
+        if scales:
+            raise ReslabError(f"--scale: spec {spec.name!r} declares no scales")
+        return [""]
+    for s in scales or []:
+        if s not in spec.scales:
+            raise ReslabError(f"--scale {s}: unknown scale; {spec.name!r} has {', '.join(spec.scales)}")
+    return list(scales or spec.default_scales or spec.scales)
+
+
+def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
+    """The spec with n seeds: its first n, extended by 1, 2, 3, ... (skipping used ones) if n is larger."""
+    if n < 1:
+        raise ReslabError(f"--seeds: must be at least 1, got {n}")
+    seeds = list(spec.seeds[:n])
+    candidate = 0
+    while len(seeds) < n:
+        candidate += 1
+        if candidate not in seeds:
+            seeds.append(candidate)
+    return spec.replace(seeds=seeds)
+
+
+def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
+    """Every planned run, seed-major (all variants of the first seed first, so a partly finished
+    sweep already compares every variant). Raises ConfigError with every invalid combination."""
+    preset = tomllib.loads(preset_path(spec.preset).read_text()) if spec.preset else {}
+    runs, errors, seen = [], [], set()
+    for seed in spec.seeds:
+        for scale in chosen_scales(spec, scales):
+            for variant, overrides in spec.variants.items():
+                for point in _grid_points(spec.grid) if spec.grid else [{}]:
+                    data = _merge(_merge(preset, spec.base), spec.scales.get(scale, {}))
+                    data = _merge(data, overrides)
+                    for key, value in point.items():
+                        data = _merge(data, _nested(key, value))
+                    data = _merge(data, RUNNER_FIXED)
+                    data = _merge(data, {"train": {"seed": seed}})
+                    run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]
+                    data["name"] = f"{spec.name}/{run.label}"
+                    at = f"variant {variant}" + (f", scale {scale}" if scale else "") + \
+                         (f", grid {point}" if point else "")
+                    try:
+                        cfg = build_run_config(data, where=at)
+                    except ConfigError as e:
+                        for line in e.errors:
+                            problem = line.split(": ", 1)[1] if ": " in line else line
+                            if problem not in seen:  # one line per problem, at its first combination
+                                seen.add(problem)
+                                errors.append(f"{where}: {line}")
+                        continue
+                    runs.append(PlannedRun(spec.name, variant, scale, point, seed, cfg, run_identity(cfg)))
+    if errors:
+        raise ConfigError(errors)
+    ids = [r.id for r in runs]
+    if len(set(ids)) != len(ids):  # two variants that resolve to the same config
+        dupes = sorted({r.label for r in runs if ids.count(r.id) > 1})
+        raise ConfigError(f"{where}: variants resolve to identical runs ({', '.join(dupes[:4])}); "
+                          "give each variant a different override")
+    return runs

@@ -1,0 +1,176 @@
+"""The sweep runner and the results store: resumable, crash-safe, failures isolated, indexable."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reslab.sweep.runner import run_sweep
+from reslab.sweep.spec import load_spec, parse_spec
+from reslab.sweep.store import Store
+from tests.sweep_helpers import curves, spec_dict, write_spec
+
+
+def _sweep(spec, store_dir, jobs=2, **kw):
+    store = Store(store_dir)
+    result = run_sweep(spec, store, jobs=jobs, stream=io.StringIO(), log=lambda *_: None, **kw)
+    return store, result
+
+
+def _folders(store_dir: Path) -> dict[str, Path]:
+    return {p.name.rsplit("-", 1)[1]: p for p in (store_dir / "runs").iterdir()}
+
+
+def _partial_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp-")]
+
+
+def test_sweep_trains_every_run_once_and_a_rerun_skips_them(tmp_path):
+    spec = parse_spec(spec_dict(tmp_path))
+    store, result = _sweep(spec, tmp_path / "store")
+    assert result.planned == 4 and result.count("completed") == 4 and result.skipped == 0
+    rows = store.runs(spec="demo")
+    assert sorted((r["variant"], r["seed"]) for r in rows) == [("full", 1), ("full", 2), ("none", 1), ("none", 2)]
+    assert all(r["status"] == "completed" and r["best_val_loss"] is not None and r["wall_s"] > 0 for r in rows)
+    mtimes = {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in _folders(tmp_path / "store").values()}
+    store2, again = _sweep(spec, tmp_path / "store")
+    assert again.skipped == 4 and again.count("completed") == 4
+    assert {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in mtimes} == mtimes  # nothing retrained
+
+    # a changed override is a new run; the unchanged ones are skipped
+    changed = spec_dict(tmp_path)
+    changed["variants"]["none"]["optim"] = {"lr": 1e-3}
+    _, third = _sweep(parse_spec(changed), tmp_path / "store")
+    assert third.skipped == 2 and third.count("completed") == 4
+    assert len(_folders(tmp_path / "store")) == 6
+    assert store2.integrity() == "ok"
+
+
+def test_diverging_and_crashing_runs_are_recorded_and_the_sweep_finishes(tmp_path):
+    data = spec_dict(tmp_path, seeds=[1])
+    data["variants"] = {"full": {}, "blowup": {"train": {"nan_at_step": 5}},
+                        "broken": {"optim": {"lr": 2e-3}}, "after": {"optim": {"lr": 5e-3}}}
+    spec = parse_spec(data)
+    from reslab.sweep.spec import expand
+
+    broken = next(r for r in expand(spec) if r.variant == "broken")
+    store = Store(tmp_path / "store")
+    ckpt = store.folder_for(broken.id, broken.label) / "checkpoints" / "step_00000010"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.json").write_text("{not json")  # a corrupt checkpoint: resuming it must fail
+    (ckpt / "state.json").write_text("{}")
+    store, result = _sweep(spec, tmp_path / "store")
+    status = {r["variant"]: r for r in store.runs(spec="demo")}
+    assert status["full"]["status"] == "completed" and status["after"]["status"] == "completed"
+    assert status["blowup"]["status"] == "diverged" and status["blowup"]["step"] == 6
+    assert status["broken"]["status"] == "failed" and "step_00000010" in status["broken"]["error"]
+    assert result.count("failed") == 1 and result.count("diverged") == 1
+
+
+def test_cli_sweep_exit_status_and_runs_listing(tmp_path):
+    data = spec_dict(tmp_path, seeds=[1])
+    data["variants"] = {"full": {}, "blowup": {"train": {"nan_at_step": 3}}}
+    path = write_spec(tmp_path, data)
+    store = tmp_path / "store"
+    cli = [sys.executable, "-m", "reslab.cli"]
+    proc = subprocess.run([*cli, "sweep", "run", str(path), "--store", str(store), "--jobs", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr  # a diverged run is a result, not a failure
+    assert proc.stdout.strip().splitlines()[-1] == str(store)
+    assert "1 completed, 1 diverged, 0 failed" in proc.stderr
+    listing = subprocess.run([*cli, "runs", "--store", str(store), "--status", "diverged"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "blowup" in listing and "full" not in listing
+    plan = subprocess.run([*cli, "sweep", "plan", str(path), "--store", str(store)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "completed" in plan and "diverged" in plan
+
+
+def test_reindex_rebuilds_the_same_index_from_the_folders(tmp_path):
+    spec = parse_spec(spec_dict(tmp_path))
+    store, _ = _sweep(spec, tmp_path / "store")
+    before = sorted((r["id"], r["variant"], r["seed"], r["status"], r["best_val_loss"]) for r in store.runs())
+    store.close()
+    (tmp_path / "store" / "index.sqlite").write_bytes(b"garbage")  # lost or corrupted: rebuild it
+    for suffix in ("-wal", "-shm"):
+        Path(str(tmp_path / "store" / "index.sqlite") + suffix).unlink(missing_ok=True)
+    assert Store(tmp_path / "store").reindex() == 4
+    after = sorted((r["id"], r["variant"], r["seed"], r["status"], r["best_val_loss"])
+                   for r in Store(tmp_path / "store").runs())
+    assert after == before
+
+
+def test_export_runs_and_curves_as_csv_and_parquet(tmp_path):
+    import csv
+
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the [test] extra")
+    spec = parse_spec(spec_dict(tmp_path, seeds=[1]))
+    store, _ = _sweep(spec, tmp_path / "store")
+    from reslab.sweep.export import export
+
+    files = export(store.runs(), tmp_path / "out", "csv")
+    runs = list(csv.DictReader(files[0].open()))
+    assert sorted(r["variant"] for r in runs) == ["full", "none"]
+    curve = list(csv.DictReader(files[1].open()))
+    full = [r for r in curve if r["variant"] == "full" and r["val_loss"]]
+    assert [int(r["step"]) for r in full] == [0, 10, 20, 30]
+    files = export(store.runs(), tmp_path / "out", "parquet")
+    table = pq.read_table(files[1]).to_pylist()
+    assert len(table) == len(curve)
+    assert not _partial_files(tmp_path / "out")
+
+
+def test_submitit_local_executor_runs_the_same_path(tmp_path):
+    pytest.importorskip("submitit", reason="submitit is in the [test] extra")
+    spec = parse_spec(spec_dict(tmp_path, seeds=[1]))
+    store, result = _sweep(spec, tmp_path / "store", executor="submitit-local")
+    assert result.count("completed") == 2
+    ref_store, _ = _sweep(spec, tmp_path / "ref")
+    ours, ref = _folders(tmp_path / "store"), _folders(tmp_path / "ref")
+    assert ours.keys() == ref.keys()
+    for run_id in ours:
+        assert curves(ours[run_id])[-1][2] == pytest.approx(curves(ref[run_id])[-1][2], rel=1e-6)
+
+
+def test_sigkill_the_sweep_at_random_moments_then_finish(tmp_path):
+    """Kill the orchestrator with SIGKILL several times mid-sweep, rerun until done: every run
+    completes exactly once, every curve equals the uninterrupted sweep's, the index is intact and
+    no partially written file is left."""
+    data = spec_dict(tmp_path, steps=40, checkpoint_interval=5, eval_interval=10)
+    path = write_spec(tmp_path, data)
+    spec = load_spec(path)
+    _sweep(spec, tmp_path / "ref")                       # the uninterrupted reference
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "reslab.cli", "sweep", "run", str(path), "--store", str(store), "--jobs", "2"]
+    rng = random.Random(0)
+    kills = 0
+    for delay in (rng.uniform(2.5, 5), rng.uniform(4, 8), rng.uniform(3, 8)):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        time.sleep(0.3)  # the workers die with the sweep (PR_SET_PDEATHSIG)
+    assert kills >= 2
+    final = subprocess.run(cmd, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    ours, ref = _folders(store), _folders(tmp_path / "ref")
+    assert ours.keys() == ref.keys()  # one folder per run, no duplicates
+    for run_id, folder in ours.items():
+        assert curves(folder) == curves(ref[run_id]), folder.name  # each step once, same values
+    db = sqlite3.connect(store / "index.sqlite")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    statuses = db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall()
+    assert statuses == [("completed", 4)]
+    assert db.execute("SELECT COUNT(*) FROM members").fetchone()[0] == 4
+    assert not _partial_files(store)
