@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import load_spec, parse_spec
+from reslab.sweep.spec import load_spec, parse_spec, with_seeds
 from reslab.sweep.store import Store
 from tests.sweep_helpers import curves, spec_dict, write_spec
 
@@ -34,9 +35,20 @@ def _partial_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp-")]
 
 
-def test_sweep_trains_every_run_once_and_a_rerun_skips_them(tmp_path):
-    spec = parse_spec(spec_dict(tmp_path))
-    store, result = _sweep(spec, tmp_path / "store")
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One finished 4-run sweep, shared by the tests that only read it (they copy it to change it)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    spec = parse_spec(spec_dict(tmp))
+    store, result = _sweep(spec, tmp / "store")
+    store.close()
+    return tmp, spec, result
+
+
+def test_sweep_trains_every_run_once_and_a_rerun_skips_them(finished, tmp_path):
+    src, spec, result = finished
+    shutil.copytree(src, tmp_path, dirs_exist_ok=True)
+    store = Store(tmp_path / "store")
     assert result.planned == 4 and result.count("completed") == 4 and result.skipped == 0
     rows = store.runs(spec="demo")
     assert sorted((r["variant"], r["seed"]) for r in rows) == [("full", 1), ("full", 2), ("none", 1), ("none", 2)]
@@ -47,7 +59,7 @@ def test_sweep_trains_every_run_once_and_a_rerun_skips_them(tmp_path):
     assert {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in mtimes} == mtimes  # nothing retrained
 
     # a changed override is a new run; the unchanged ones are skipped
-    changed = spec_dict(tmp_path)
+    changed = spec_dict(src)  # the data path is part of a run's identity: keep the original corpus
     changed["variants"]["none"]["optim"] = {"lr": 1e-3}
     _, third = _sweep(parse_spec(changed), tmp_path / "store")
     assert third.skipped == 2 and third.count("completed") == 4
@@ -95,9 +107,9 @@ def test_cli_sweep_exit_status_and_runs_listing(tmp_path):
     assert "completed" in plan and "diverged" in plan
 
 
-def test_reindex_rebuilds_the_same_index_from_the_folders(tmp_path):
-    spec = parse_spec(spec_dict(tmp_path))
-    store, _ = _sweep(spec, tmp_path / "store")
+def test_reindex_rebuilds_the_same_index_from_the_folders(finished, tmp_path):
+    shutil.copytree(finished[0], tmp_path, dirs_exist_ok=True)
+    store = Store(tmp_path / "store")
     before = sorted((r["id"], r["variant"], r["seed"], r["status"], r["best_val_loss"]) for r in store.runs())
     store.close()
     (tmp_path / "store" / "index.sqlite").write_bytes(b"garbage")  # lost or corrupted: rebuild it
@@ -109,19 +121,19 @@ def test_reindex_rebuilds_the_same_index_from_the_folders(tmp_path):
     assert after == before
 
 
-def test_export_runs_and_curves_as_csv_and_parquet(tmp_path):
+def test_export_runs_and_curves_as_csv_and_parquet(finished, tmp_path):
     import csv
 
     pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the [test] extra")
-    spec = parse_spec(spec_dict(tmp_path, seeds=[1]))
-    store, _ = _sweep(spec, tmp_path / "store")
+    store = Store(finished[0] / "store")
     from reslab.sweep.export import export
 
     files = export(store.runs(), tmp_path / "out", "csv")
     runs = list(csv.DictReader(files[0].open()))
-    assert sorted(r["variant"] for r in runs) == ["full", "none"]
+    assert sorted((r["variant"], r["seed"]) for r in runs) == [("full", "1"), ("full", "2"), ("none", "1"),
+                                                                ("none", "2")]
     curve = list(csv.DictReader(files[1].open()))
-    full = [r for r in curve if r["variant"] == "full" and r["val_loss"]]
+    full = [r for r in curve if r["variant"] == "full" and r["seed"] == "1" and r["val_loss"]]
     assert [int(r["step"]) for r in full] == [0, 10, 20, 30]
     files = export(store.runs(), tmp_path / "out", "parquet")
     table = pq.read_table(files[1]).to_pylist()
@@ -129,16 +141,16 @@ def test_export_runs_and_curves_as_csv_and_parquet(tmp_path):
     assert not _partial_files(tmp_path / "out")
 
 
-def test_submitit_local_executor_runs_the_same_path(tmp_path):
+def test_submitit_local_executor_runs_the_same_path(finished, tmp_path):
     pytest.importorskip("submitit", reason="submitit is in the [test] extra")
-    spec = parse_spec(spec_dict(tmp_path, seeds=[1]))
+    spec = with_seeds(finished[1], 1)
     store, result = _sweep(spec, tmp_path / "store", executor="submitit-local")
     assert result.count("completed") == 2
-    ref_store, _ = _sweep(spec, tmp_path / "ref")
-    ours, ref = _folders(tmp_path / "store"), _folders(tmp_path / "ref")
-    assert ours.keys() == ref.keys()
-    for run_id in ours:
-        assert curves(ours[run_id])[-1][2] == pytest.approx(curves(ref[run_id])[-1][2], rel=1e-6)
+    assert store.runs(status="completed")[0]["wall_s"] > 0
+    ours, ref = _folders(tmp_path / "store"), _folders(finished[0] / "store")
+    assert set(ours) < set(ref)
+    for run_id in ours:  # the same runs, trained the same way
+        assert curves(ours[run_id]) == pytest.approx(curves(ref[run_id]), rel=1e-6)
 
 
 def test_sigkill_the_sweep_at_random_moments_then_finish(tmp_path):

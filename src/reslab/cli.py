@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .sweep.cli import add_parsers as add_sweep_parsers
 
     add_sweep_parsers(sub, _Parser)
+    from .report.cli import add_parser as add_report_parser
+
+    add_report_parser(sub)
 
     pr = sub.add_parser("presets", help="list the built-in run presets")
     pr.set_defaults(func=cmd_presets)

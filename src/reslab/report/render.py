@@ -148,10 +148,12 @@ def _spec_line(report: dict) -> str:
     if spec.get("description"):
         parts[0] += f": {spec['description']}"
     for key in ("scale", "baseline"):
-        if spec.get(key) is not None:
+        if spec.get(key):
             parts.append(f"{key} {spec[key]}")
     if spec.get("seeds"):
         parts.append("seeds " + ", ".join(str(s) for s in spec["seeds"]))
+    if spec.get("question"):
+        parts.append(f"question: {spec['question']}")
     return " · ".join(parts)
 
 

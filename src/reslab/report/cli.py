@@ -1,0 +1,64 @@
+"""`reslab report SPEC_OR_STORE`: tables, statistics and figures of one sweep."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import ReslabError
+
+
+def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Path, str]:
+    """(store root, spec name) from a spec file (its store: --store, $RESLAB_STORE or ./results) or a
+    store folder (its only sweep, or --spec)."""
+    from ..sweep.cli import store_root
+
+    path = Path(target)
+    if path.is_file():
+        from ..sweep.spec import load_spec
+
+        from types import SimpleNamespace
+
+        return store_root(SimpleNamespace(store=store)), load_spec(path).name
+    if path.is_dir():
+        names = sorted(p.stem for p in (path / "specs").glob("*.json"))
+        if spec:
+            return path, spec
+        if len(names) == 1:
+            return path, names[0]
+        if not names:
+            raise ReslabError(f"{target}: no sweep has been run into this store")
+        raise ReslabError(f"{target}: holds several sweeps ({', '.join(names)}); pick one with --spec")
+    raise ReslabError(f"{target}: neither a spec file nor a results store folder")
+
+
+def cmd_report(args) -> None:
+    from ..sweep.store import Store
+    from .build import build_report
+    from .render import render_markdown, write_report
+
+    root, name = resolve_target(args.target, args.spec, args.store)
+    store = Store(root)
+    if not store.db_path.is_file():
+        raise ReslabError(f"{root}: no index here; run the sweep first (or `reslab runs reindex --store {root}`)")
+    report, out = build_report(store, name, scale=args.scale, out_dir=args.out, probe=not args.no_probe)
+    paths = write_report(report, out)
+    if args.format == "json":
+        print(paths["json"].read_text(), end="")  # the strict JSON write_report wrote
+        return
+    if args.format == "md":
+        print(render_markdown(report))
+    print(out, file=sys.stdout if args.format == "path" else sys.stderr)
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("report", help="tables, statistics and figures of a sweep (report.md, report.html)")
+    r.add_argument("target", help="a sweep spec file, or a results store folder")
+    r.add_argument("--spec", help="which sweep of a store folder")
+    r.add_argument("--store", help="the store a spec file ran into (default: $RESLAB_STORE or ./results)")
+    r.add_argument("--scale", help="which scale, when the sweep ran several")
+    r.add_argument("--out", help="report folder (default: <store>/reports/<spec>[-<scale>])")
+    r.add_argument("--format", choices=["path", "md", "json"], default="path",
+                   help="print the report folder (default), the Markdown, or the JSON for machines")
+    r.add_argument("--no-probe", action="store_true", help="skip the init-time probe a study asks for")
+    r.set_defaults(func=cmd_report)
