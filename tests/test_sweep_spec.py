@@ -77,7 +77,7 @@ BAD_SPECS = [
     ({"variants": {"full": {"optim": {"lr": "fast"}}}}, "variants.full.optim.lr: expected a number"),
     ({"variants": {"full": {"model": {"design": "pre-lm"}}}}, "variant full: model.design"),
     ({"variants": {"a b": {}}}, "variants.a b: the name must be"),
-    ({"grid": {"optim.lr": []}}, "grid.optim.lr: list at least one value"),
+    ({"grid": {"optim.lr": []}}, "grid.optim.lr: give a non-empty list"),
     ({"grid": {"optim.lrr": [1]}}, "optim.lrr: unknown key"),
     ({"preset": "huge"}, "preset: unknown preset 'huge'"),
     ({"report": {"no_skip": "zero"}}, "report.no_skip: unknown variant 'zero'"),
@@ -129,3 +129,20 @@ def test_unknown_scale_is_refused(tmp_path):
     spec = parse_spec(data)
     with pytest.raises(ReslabError, match="--scale paper: unknown scale"):
         expand(spec, ["paper"])
+
+
+def test_named_grid_axis_applies_each_points_overrides(tmp_path):
+    data = spec_dict(tmp_path, seeds=[1])
+    data["grid"] = {"convention": {"nanogpt": {"model": {"tie_weights": True}, "train": {"eval_mode": "random"}},
+                                   "residualgpt": {"model": {"tie_weights": False}}},
+                    "optim.lr": [1e-3]}
+    runs = {r.label: r for r in expand(parse_spec(data))}
+    assert sorted(runs) == ["full-convention=nanogpt-lr=0.001-s1", "full-convention=residualgpt-lr=0.001-s1",
+                            "none-convention=nanogpt-lr=0.001-s1", "none-convention=residualgpt-lr=0.001-s1"]
+    nano = runs["none-convention=nanogpt-lr=0.001-s1"].config
+    assert nano.model.tie_weights and nano.train.eval_mode == "random" and not nano.model.attn_res
+    resi = runs["full-convention=residualgpt-lr=0.001-s1"].config
+    assert not resi.model.tie_weights and resi.train.eval_mode == "fixed"
+    data["grid"]["convention"]["residualgpt"] = {"model": {"tie_weight": False}}
+    with pytest.raises(ConfigError, match="grid.convention.residualgpt.model.tie_weight: unknown key"):
+        parse_spec(data)

@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report.cli import add_parser as add_report_parser
 
     add_report_parser(sub)
+    from .studies.cli import add_parsers as add_study_parsers
+
+    add_study_parsers(sub, _Parser)
 
     pr = sub.add_parser("presets", help="list the built-in run presets")
     pr.set_defaults(func=cmd_presets)

@@ -105,12 +105,14 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
 
     planned = [m for m in record["runs"] if m["scale"] == scale]
     by_row: dict[str, list[dict]] = {}
+    row_key: dict[str, tuple[str, str]] = {}  # row name -> (variant, grid point as JSON)
     missing, run_list = [], []
     for m in planned:
-        key = (m["variant"], m["scale"], json.dumps(m["grid"], sort_keys=True), m["seed"])
-        row = index.get(key)
+        grid = json.dumps(m["grid"], sort_keys=True)
+        row = index.get((m["variant"], m["scale"], grid, m["seed"]))
         name = row_name(m)
         by_row.setdefault(name, [])
+        row_key[name] = (m["variant"], grid)
         status = row["status"] if row else "pending"
         if status not in ("completed", "diverged"):
             reason = status + (f": {row['error']}" if row and row.get("error") else "")
@@ -119,19 +121,21 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
             by_row[name].append(dict(row, variant=name))
 
     baseline = spec.get("baseline")
-    table = [_table_row(n, rs, sum(1 for m in planned if row_name(m) == n), n == baseline)
+    table = [_table_row(n, rs, sum(1 for m in planned if row_name(m) == n), row_key[n][0] == baseline)
              for n, rs in by_row.items()]
-    _compare_to_baseline(table, by_row, baseline)
+    _compare_to_baseline(table, by_row, row_key, baseline)
 
     # collapse: within a margin of the no-skip variant's mean, or of the unigram entropy
     opts = spec.get("report", {})
     entropy, data_meta = _unigram_entropy(json.loads(next(iter(index.values()))["config"])) if index else (None, {})
     no_skip = opts.get("no_skip")
-    no_skip_mean = next((t["best"]["mean"] for t in table if t["variant"] == no_skip), None)
+    no_skip_mean = {row_key[t["variant"]][1]: t["best"]["mean"] for t in table
+                    if row_key[t["variant"]][0] == no_skip}  # grid point -> the no-skip variant's mean there
     margin = opts.get("collapse_margin", 0.1)
     for t in table:
+        variant, grid = row_key[t["variant"]]
         for r in by_row[t["variant"]]:
-            ref = None if t["variant"] == no_skip else no_skip_mean
+            ref = None if variant == no_skip else no_skip_mean.get(grid)
             r["collapsed"] = (r["status"] == "completed" and _finite(r["best_val_loss"])
                               and stats.is_collapsed(r["best_val_loss"], ref, entropy, margin))
             t["collapsed"] += r["collapsed"]
@@ -171,21 +175,21 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     return report, out
 
 
-def _compare_to_baseline(table: list[dict], by_row: dict, baseline: str | None) -> None:
-    if baseline is None or baseline not in by_row:
-        return
-
+def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baseline: str | None) -> None:
+    """Each row against the baseline variant at the same grid point; Holm over all comparisons."""
     def values(name):
         return {r["seed"]: r["best_val_loss"] for r in by_row[name]
                 if r["status"] == "completed" and _finite(r["best_val_loss"])}
 
-    base = values(baseline)
+    base_row = {grid: name for name, (variant, grid) in row_key.items() if variant == baseline}
     tests = {}
     for t in table:
-        if t["is_baseline"]:
+        base_name = base_row.get(row_key[t["variant"]][1])
+        if t["is_baseline"] or base_name is None:
             continue
-        result = stats.compare(base, values(t["variant"])) if base and values(t["variant"]) else None
-        if result:
+        base, other = values(base_name), values(t["variant"])
+        if base and other:
+            result = stats.compare(base, other)
             t.update(diff=result["diff"], diff_pct=result["diff_pct"], test=result)
             tests[t["variant"]] = result["p"]
     for name, p in stats.holm(tests).items():

@@ -82,9 +82,15 @@ def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, 
 
 
 def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str) -> None:
+    """specs/<name>.json: the spec and its planned runs. The plan of each scale run now replaces that
+    scale's earlier plan; other scales' plans are kept (a tiny and a paper run of one study coexist)."""
+    scales = {r.scale for r in runs}
+    kept = []
+    if (store.specs_dir / f"{spec.name}.json").is_file():
+        kept = [r for r in store.load_spec_record(spec.name).get("runs", []) if r["scale"] not in scales]
     store.save_spec(spec.name, {
         "spec": spec.to_dict(), "source": source,
-        "runs": [dict(r.membership(), id=r.id, label=r.label) for r in runs]})
+        "runs": kept + [dict(r.membership(), id=r.id, label=r.label) for r in runs]})
 
 
 class SweepView:

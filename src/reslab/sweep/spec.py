@@ -13,10 +13,14 @@
     [scales.tiny.train]                  # optional named scales, picked with --scale
     steps = 600
     [grid]                               # optional axes: the cartesian product of their values
-    "optim.lr" = [1e-3, 3e-3]
+    "optim.lr" = [1e-3, 3e-3]            #   a dotted key and its values, or
+    [grid.convention.nanogpt]            #   a named axis of named override tables
+    model.tie_embeddings = true
+    [grid.convention.residualgpt]
+    model.tie_embeddings = false
 
 One run = scale x variant x grid point x seed. Its config is merged in this order (later wins):
-preset, base, scale, variant, grid point, then train.seed = seed. Its identity is a hash of that
+preset (or the scale's own, scale_presets), base, scale, variant, grid point, then train.seed = seed. Its identity is a hash of that
 fully resolved config (its display name left out), so the same run is never trained twice and
 two different runs never share a folder.
 """
@@ -72,6 +76,25 @@ class ReportOptions:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """What one scale of a built-in study cost when measured: the whole default study, `jobs` workers."""
+    runs: int
+    jobs: int = 2
+    cpu_minutes: Optional[float] = None   # wall minutes on the 2-core CPU this was measured on
+    gpu_hours: Optional[float] = None     # a planning figure for GPU scales (says how it was obtained)
+    basis: str = ""                       # where the figure comes from (measured on ... / estimated from ...)
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """[study]: what a built-in study is for (shown by `reslab study list`)."""
+    source: str                           # the paper or seed document it reproduces
+    designs: list[str] = field(default_factory=list)
+    seeds: dict[str, int] = field(default_factory=dict)  # scale -> how many seeds `study run` uses by default
+    estimates: dict[str, Estimate] = field(default_factory=dict)  # scale -> cost
+
+
+@dataclass(frozen=True)
 class SweepSpec(Typed):
     name: str
     seeds: list[int]
@@ -79,13 +102,15 @@ class SweepSpec(Typed):
     description: str = ""
     question: str = ""
     preset: Optional[str] = None
+    scale_presets: dict[str, str] = field(default_factory=dict)  # scale -> preset it starts from instead
     base: dict = field(default_factory=dict)
     baseline: Optional[str] = None
     scales: dict[str, dict] = field(default_factory=dict)
     default_scales: Optional[list[str]] = None  # the scales run when --scale is not given (default: all)
-    grid: dict[str, list] = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)   # axis -> list of values, or {point name: overrides}
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     report: ReportOptions = field(default_factory=ReportOptions)
+    study: Optional[StudyInfo] = None
 
 
 @dataclass(frozen=True)
@@ -150,9 +175,21 @@ def _check_overrides(table: dict, where: str, errors: list[str]) -> None:
         errors += e.errors
 
 
-def _grid_points(grid: dict[str, list]) -> list[dict]:
-    keys = list(grid)
-    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+def _grid_points(grid: dict) -> list[tuple[dict, dict]]:
+    """(point, overrides) for every point of the grid: point names each axis's value (or value name)."""
+    axes = []
+    for key, values in grid.items():
+        if isinstance(values, dict):  # a named axis: {name: override table}
+            axes.append([(key, name, table) for name, table in values.items()])
+        else:                         # a dotted key and its values
+            axes.append([(key, v, _nested(key, v)) for v in values])
+    points = []
+    for combo in itertools.product(*axes):
+        overrides: dict = {}
+        for _, _, table in combo:
+            overrides = _merge(overrides, table)
+        points.append(({key: value for key, value, _ in combo}, overrides))
+    return points
 
 
 def _check_names(spec: SweepSpec, errors: list[str]) -> None:
@@ -186,21 +223,36 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
         if s not in spec.scales:
             errors.append(f"default_scales: unknown scale {s!r}; scales are "
                           f"{', '.join(sorted(spec.scales)) or 'none declared'}")
-    if spec.preset is not None:
-        try:
-            preset_path(spec.preset)
-        except ReslabError as e:
-            errors.append(f"preset: {e}")
+    for where, preset in [("preset", spec.preset)] + [(f"scale_presets.{k}", v) for k, v in spec.scale_presets.items()]:
+        if preset is not None:
+            try:
+                preset_path(preset)
+            except ReslabError as e:
+                errors.append(f"{where}: {e}")
+    for s in spec.scale_presets:
+        if s not in spec.scales:
+            errors.append(f"scale_presets.{s}: unknown scale; scales are {', '.join(sorted(spec.scales)) or 'none'}")
     for key, values in spec.grid.items():
-        if not values:
-            errors.append(f"grid.{key}: list at least one value")
+        if not isinstance(values, (list, dict)) or not values:
+            errors.append(f"grid.{key}: give a non-empty list of values for a dotted key, or a table of "
+                          "named override tables")
+        elif isinstance(values, dict):
+            for name, table in values.items():
+                if not NAME_RE.match(name) or not isinstance(table, dict):
+                    errors.append(f"grid.{key}.{name}: a named grid point is a table of overrides with a "
+                                  "name of letters, digits, '_', '.', '+' or '-'")
     _check_overrides(spec.base, "base", errors)
     for kind, tables in (("variants", spec.variants), ("scales", spec.scales)):
         for n, table in tables.items():
             _check_overrides(table, f"{kind}.{n}", errors)
     for key, values in spec.grid.items():
-        for i, v in enumerate(values):
-            _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", errors)
+        if isinstance(values, dict):
+            for name, table in values.items():
+                if isinstance(table, dict):
+                    _check_overrides(table, f"grid.{key}.{name}", errors)
+        elif isinstance(values, list):
+            for i, v in enumerate(values):
+                _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", errors)
 
 
 def parse_spec(data: dict, where: str = "spec") -> SweepSpec:
@@ -259,16 +311,15 @@ def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
 def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
     """Every planned run, seed-major (all variants of the first seed first, so a partly finished
     sweep already compares every variant). Raises ConfigError with every invalid combination."""
-    preset = tomllib.loads(preset_path(spec.preset).read_text()) if spec.preset else {}
     runs, errors, seen = [], [], set()
     for seed in spec.seeds:
         for scale in chosen_scales(spec, scales):
+            preset_name = spec.scale_presets.get(scale, spec.preset)
+            preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}
             for variant, overrides in spec.variants.items():
-                for point in _grid_points(spec.grid) if spec.grid else [{}]:
+                for point, point_overrides in _grid_points(spec.grid) if spec.grid else [({}, {})]:
                     data = _merge(_merge(preset, spec.base), spec.scales.get(scale, {}))
-                    data = _merge(data, overrides)
-                    for key, value in point.items():
-                        data = _merge(data, _nested(key, value))
+                    data = _merge(_merge(data, overrides), point_overrides)
                     data = _merge(data, RUNNER_FIXED)
                     data = _merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]

@@ -1,0 +1,27 @@
+"""Built-in studies: one sweep spec per source study (this folder's *.toml), each with a `tiny`
+scale for a 2-core CPU and `paper` scales with the published hyperparameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ReslabError
+
+STUDY_DIR = Path(__file__).resolve().parent
+
+
+def study_names() -> list[str]:
+    return sorted(p.stem for p in STUDY_DIR.glob("*.toml"))
+
+
+def study_path(name: str) -> Path:
+    path = STUDY_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ReslabError(f"unknown study {name!r}; choose one of {', '.join(study_names())} (see `reslab study list`)")
+    return path
+
+
+def load_study(name: str):
+    from ..sweep.spec import load_spec
+
+    return load_spec(study_path(name))

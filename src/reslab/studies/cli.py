@@ -1,0 +1,89 @@
+"""`reslab study list | spec NAME | run NAME [--scale S] [--seeds N] [--jobs N]`."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ReslabError
+from . import load_study, study_names, study_path
+
+
+def _estimate_line(spec, scale: str, runs: int, jobs: int) -> str:
+    est = spec.study.estimates.get(scale) if spec.study else None
+    if est is None:
+        return f"{runs} runs; no cost estimate for scale {scale!r}"
+    if est.cpu_minutes is not None:
+        minutes = est.cpu_minutes * runs / est.runs * est.jobs / jobs
+        return (f"{runs} runs, {jobs} workers: about {minutes:.0f} min on a 2-core CPU "
+                f"({est.basis}: {est.cpu_minutes:g} min for {est.runs} runs with {est.jobs} workers)")
+    hours = (est.gpu_hours or 0) * runs / est.runs
+    return f"{runs} runs: about {hours:.3g} GPU-hours ({est.basis})"
+
+
+def cmd_study_list(args) -> None:
+    for name in study_names():
+        spec = load_study(name)
+        info = spec.study
+        print(name)
+        print(f"  question: {spec.question}")
+        if info:
+            print(f"  source:   {info.source}")
+            print(f"  designs:  {', '.join(info.designs)}")
+        for scale in spec.scales:
+            est = info.estimates.get(scale) if info else None
+            cost = "no estimate"
+            if est and est.cpu_minutes is not None:
+                cost = f"~{est.cpu_minutes:g} CPU min ({est.runs} runs, {est.jobs} workers on 2 cores)"
+            elif est and est.gpu_hours is not None:
+                cost = f"~{est.gpu_hours:g} GPU h ({est.runs} runs)"
+            print(f"  scale {scale:<11} {cost}")
+
+
+def cmd_study_spec(args) -> None:
+    sys.stdout.write(study_path(args.name).read_text())
+
+
+def cmd_study_run(args) -> int:
+    from ..report.build import build_report
+    from ..report.render import write_report
+    from ..sweep.cli import store_root
+    from ..sweep.runner import default_jobs, run_sweep
+    from ..sweep.spec import expand, with_seeds
+    from ..sweep.store import Store
+
+    spec = load_study(args.name)
+    scale = args.scale or (spec.default_scales or list(spec.scales))[0]
+    if scale not in spec.scales:
+        raise ReslabError(f"--scale {scale}: study {args.name!r} has scales {', '.join(spec.scales)}")
+    seeds = args.seeds or (spec.study.seeds.get(scale) if spec.study else None)
+    if seeds:
+        spec = with_seeds(spec, seeds)
+    runs = expand(spec, [scale])
+    jobs = args.jobs or default_jobs(runs)
+    print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
+    store = Store(store_root(args))
+    result = run_sweep(spec, store, jobs=jobs, scales=[scale], source=f"built-in study {args.name}")
+    report, out = build_report(store, spec.name, scale=scale)
+    write_report(report, out)
+    store.close()
+    print(f"study {args.name}: {result.count('completed')} completed, {result.count('diverged')} diverged, "
+          f"{result.count('failed')} failed; {result.wall_s / 60:.1f} min; report in {out}", file=sys.stderr)
+    print(out)
+    return 1 if result.count("failed") else 0
+
+
+def add_parsers(sub, parser_class) -> None:
+    st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
+    ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
+    ls = ssub.add_parser("list", help="each study's question, designs, scales and estimated cost")
+    ls.set_defaults(func=cmd_study_list)
+    sp = ssub.add_parser("spec", help="print a study's sweep spec (copy it to change it; run with `reslab sweep run`)")
+    sp.add_argument("name")
+    sp.set_defaults(func=cmd_study_spec)
+    run = ssub.add_parser("run", help="run a study's sweep and write its report; prints the report folder last")
+    run.add_argument("name")
+    run.add_argument("--scale", help="tiny (CPU minutes) or paper (published setup, GPUs); default tiny")
+    run.add_argument("--seeds", type=int, help="number of seeds (default: the study's for this scale)")
+    run.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")
+    run.add_argument("--store", help="results store (default: $RESLAB_STORE or ./results)")
+    run.set_defaults(func=cmd_study_run)
