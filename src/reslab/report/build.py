@@ -155,6 +155,9 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
                                                                 "fallback" in data_meta.get("source", "")):
         notes.insert(0, f"Data: {data_meta.get('source')}. These losses are not comparable with published "
                         "numbers measured on TinyShakespeare or another corpus.")
+    if any(m["grid"] for m in planned):
+        notes.append("Each row is compared with the baseline variant at the same grid point "
+                     f"({', '.join(sorted({k for m in planned for k in m['grid']}))}).")
     notes.append("Means, intervals and tests use completed runs only; diverged runs are counted in the "
                  "'diverged' column and never averaged; failed or unfinished runs are listed as missing.")
     if probe and opts.get("probe"):

@@ -46,18 +46,18 @@ def cmd_study_spec(args) -> None:
 def cmd_study_run(args) -> int:
     from ..report.build import build_report
     from ..report.render import write_report
-    from ..sweep.cli import store_root
+    from ..sweep.cli import apply_run_options, store_root
     from ..sweep.runner import default_jobs, run_sweep
-    from ..sweep.spec import expand, with_seeds
+    from ..sweep.spec import expand
     from ..sweep.store import Store
 
     spec = load_study(args.name)
     scale = args.scale or (spec.default_scales or list(spec.scales))[0]
     if scale not in spec.scales:
         raise ReslabError(f"--scale {scale}: study {args.name!r} has scales {', '.join(spec.scales)}")
-    seeds = args.seeds or (spec.study.seeds.get(scale) if spec.study else None)
-    if seeds:
-        spec = with_seeds(spec, seeds)
+    if not args.seeds and spec.study and spec.study.seeds.get(scale):
+        args.seeds = spec.study.seeds[scale]
+    spec = apply_run_options(spec, args)
     runs = expand(spec, [scale])
     jobs = args.jobs or default_jobs(runs)
     print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
@@ -73,6 +73,8 @@ def cmd_study_run(args) -> int:
 
 
 def add_parsers(sub, parser_class) -> None:
+    from ..sweep.cli import add_run_options
+
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
     ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
     ls = ssub.add_parser("list", help="each study's question, designs, scales and estimated cost")
@@ -83,7 +85,7 @@ def add_parsers(sub, parser_class) -> None:
     run = ssub.add_parser("run", help="run a study's sweep and write its report; prints the report folder last")
     run.add_argument("name")
     run.add_argument("--scale", help="tiny (CPU minutes) or paper (published setup, GPUs); default tiny")
-    run.add_argument("--seeds", type=int, help="number of seeds (default: the study's for this scale)")
+    add_run_options(run)
     run.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")
     run.add_argument("--store", help="results store (default: $RESLAB_STORE or ./results)")
     run.set_defaults(func=cmd_study_run)

@@ -17,9 +17,19 @@ def store_root(args) -> Path:
 
 
 def _spec(args):
-    from .spec import load_spec, with_seeds
+    from .spec import load_spec
 
     spec = load_spec(args.spec)
+    return apply_run_options(spec, args)
+
+
+def apply_run_options(spec, args):
+    """--seeds N and --set KEY=VALUE (applied to every run) of `sweep run|plan` and `study run`."""
+    from ..cli import parse_set
+    from .spec import with_overrides, with_seeds
+
+    if getattr(args, "set", None):
+        spec = with_overrides(spec, parse_set(args.set))
     return with_seeds(spec, args.seeds) if args.seeds else spec
 
 
@@ -91,6 +101,12 @@ def cmd_runs_export(args) -> None:
         print(path)
 
 
+def add_run_options(p) -> None:
+    p.add_argument("--seeds", type=int, help="use N seeds (the spec's first N, extended if N is larger)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override every run's config, applied last, e.g. --set train.device=cuda (repeatable)")
+
+
 def add_parsers(sub, parser_class) -> None:
     def store_arg(p):
         p.add_argument("--store", help=f"results store folder (default: $RESLAB_STORE or ./{DEFAULT_STORE})")
@@ -102,7 +118,7 @@ def add_parsers(sub, parser_class) -> None:
         p = ssub.add_parser(name, help=text)
         p.add_argument("spec", help="sweep spec (TOML)")
         p.add_argument("--scale", action="append", help="run only this scale (repeatable)")
-        p.add_argument("--seeds", type=int, help="use N seeds (the spec's first N, extended if N is larger)")
+        add_run_options(p)
         store_arg(p)
         if name == "run":
             p.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")

@@ -20,7 +20,8 @@
     model.tie_embeddings = false
 
 One run = scale x variant x grid point x seed. Its config is merged in this order (later wins):
-preset (or the scale's own, scale_presets), base, scale, variant, grid point, then train.seed = seed. Its identity is a hash of that
+preset (or the scale's own, scale_presets), base, scale, variant, grid point, overrides (--set),
+then train.seed = seed. Its identity is a hash of that
 fully resolved config (its display name left out), so the same run is never trained twice and
 two different runs never share a folder.
 """
@@ -111,6 +112,7 @@ class SweepSpec(Typed):
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     report: ReportOptions = field(default_factory=ReportOptions)
     study: Optional[StudyInfo] = None
+    overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,7 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
                     errors.append(f"grid.{key}.{name}: a named grid point is a table of overrides with a "
                                   "name of letters, digits, '_', '.', '+' or '-'")
     _check_overrides(spec.base, "base", errors)
+    _check_overrides(spec.overrides, "overrides", errors)
     for kind, tables in (("variants", spec.variants), ("scales", spec.scales)):
         for n, table in tables.items():
             _check_overrides(table, f"{kind}.{n}", errors)
@@ -308,6 +311,15 @@ def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
     return spec.replace(seeds=seeds)
 
 
+def with_overrides(spec: SweepSpec, overrides: dict, where: str = "--set") -> SweepSpec:
+    """The spec with `overrides` applied to every run, after everything else (checked here)."""
+    errors: list[str] = []
+    _check_overrides(overrides, where, errors)
+    if errors:
+        raise ConfigError(errors)
+    return spec.replace(overrides=_merge(spec.overrides, overrides))
+
+
 def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
     """Every planned run, seed-major (all variants of the first seed first, so a partly finished
     sweep already compares every variant). Raises ConfigError with every invalid combination."""
@@ -320,6 +332,7 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                 for point, point_overrides in _grid_points(spec.grid) if spec.grid else [({}, {})]:
                     data = _merge(_merge(preset, spec.base), spec.scales.get(scale, {}))
                     data = _merge(_merge(data, overrides), point_overrides)
+                    data = _merge(data, spec.overrides)
                     data = _merge(data, RUNNER_FIXED)
                     data = _merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]
