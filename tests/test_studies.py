@@ -18,6 +18,7 @@ EXPECTED = {
     "partial-residual": {"tiny": (16, 8), "paper": (24, 8), "paper-124m": (24, 8)},
     "ln-placement": {"tiny": (16, 8), "paper": (24, 8)},
     "resi-dual": {"tiny": (18, 18), "paper": (54, 18)},
+    "prores": {"tiny": (20, 20), "paper": (30, 30)},
 }
 
 

@@ -108,6 +108,7 @@ class SweepSpec(Typed):
     baseline: Optional[str] = None
     scales: dict[str, dict] = field(default_factory=dict)
     default_scales: Optional[list[str]] = None  # the scales run when --scale is not given (default: all)
+    scale_variants: dict[str, list[str]] = field(default_factory=dict)  # scale -> the only variants it runs
     grid: dict = field(default_factory=dict)   # axis -> list of values, or {point name: overrides}
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     report: ReportOptions = field(default_factory=ReportOptions)
@@ -231,6 +232,12 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
                 preset_path(preset)
             except ReslabError as e:
                 errors.append(f"{where}: {e}")
+    for scale, names in spec.scale_variants.items():
+        if scale not in spec.scales:
+            errors.append(f"scale_variants.{scale}: unknown scale; scales are {', '.join(sorted(spec.scales)) or 'none'}")
+        for n in names:
+            if n not in spec.variants:
+                errors.append(f"scale_variants.{scale}: unknown variant {n!r}; variants are {known}")
     for s in spec.scale_presets:
         if s not in spec.scales:
             errors.append(f"scale_presets.{s}: unknown scale; scales are {', '.join(sorted(spec.scales)) or 'none'}")
@@ -329,6 +336,8 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
             preset_name = spec.scale_presets.get(scale, spec.preset)
             preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}
             for variant, overrides in spec.variants.items():
+                if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
+                    continue
                 for point, point_overrides in _grid_points(spec.grid) if spec.grid else [({}, {})]:
                     data = _merge(_merge(preset, spec.base), spec.scales.get(scale, {}))
                     data = _merge(_merge(data, overrides), point_overrides)
