@@ -8,10 +8,13 @@ from pathlib import Path
 from ..errors import ReslabError
 
 STUDY_DIR = Path(__file__).resolve().parent
+ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
+         "depth-scaling")  # the source studies' order (000 ... 004), then the cross-cutting one
 
 
 def study_names() -> list[str]:
-    return sorted(p.stem for p in STUDY_DIR.glob("*.toml"))
+    found = {p.stem for p in STUDY_DIR.glob("*.toml")}
+    return [n for n in ORDER if n in found] + sorted(found - set(ORDER))
 
 
 def study_path(name: str) -> Path:
