@@ -66,10 +66,27 @@ def cmd_study_run(args) -> int:
     report, out = build_report(store, spec.name, scale=scale)
     write_report(report, out)
     store.close()
+    for line in summary_lines(report):
+        print(line, file=sys.stderr)
     print(f"study {args.name}: {result.count('completed')} completed, {result.count('diverged')} diverged, "
           f"{result.count('failed')} failed; {result.wall_s / 60:.1f} min; report in {out}", file=sys.stderr)
     print(out)
     return 1 if result.count("failed") else 0
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The report's main table as plain text for the terminal (the full report is in its folder)."""
+    def loss(x):
+        return "-" if x is None else f"{x:.4f}"
+    rows = [("variant", "seeds", "best val loss", "vs baseline", "collapsed", "diverged")]
+    for t in report["table"]:
+        best = t["best"]
+        spread = f" +- {best['std']:.4f}" if best.get("std") is not None else ""
+        diff = "baseline" if t["is_baseline"] else (f"{t['diff']:+.4f}" if t["diff"] is not None else "-")
+        rows.append((t["variant"], f"{t['n']}/{t['n_planned']}", loss(best["mean"]) + spread, diff,
+                     str(t["collapsed"]), str(t["diverged"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [report["title"]] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def add_parsers(sub, parser_class) -> None:
