@@ -19,3 +19,5 @@ echo "done" > "$out/DONE"  # issue 2-3 figures finished
 reslab probe --mode xiong --out "$out/probe-xiong" > "$out/probe_xiong.txt" 2>&1
 python bench/bench_diagnostics.py --rounds 2 --json "$out/diagnostics.json" > "$out/diagnostics.md" 2>&1
 echo "done" > "$out/DONE4"
+# Issue 5: a sweep of 8 runs with one single-threaded worker per core against one worker.
+python bench/bench_sweep.py --steps 100 --out "$out/bench_sweep.json" > "$out/bench_sweep.txt" 2>&1
