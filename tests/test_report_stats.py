@@ -275,3 +275,12 @@ def test_perplexity():
     assert perplexity(None) is None
     assert perplexity(0.0) == 1.0
     assert perplexity(math.log(20.0)) == pytest.approx(20.0, rel=1e-12)
+
+
+def test_two_pairs_give_a_paired_test_but_no_effect_size():
+    r = compare({1: 1.0, 2: 2.0}, {1: 1.5, 2: 2.7})
+    d = np.array([0.5, 0.7])
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(2))
+    assert r["test"] == "paired" and r["t"] == pytest.approx(t, rel=1e-9)
+    assert r["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(t), 1), rel=1e-9)
+    assert r["hedges_g"] is None and "3 seed pairs" in r["note"]

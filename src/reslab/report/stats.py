@@ -126,8 +126,8 @@ def compare(baseline: Mapping[int, float], other: Mapping[int, float]) -> dict:
                 s_pooled = sqrt(((n_b-1) s_b^2 + (n_o-1) s_o^2) / (n_b + n_o - 2)),
                 J = 1 - 3 / (4 (n_b + n_o) - 9);
       * paired: g_z = J * mean(d) / sd(d),  J = 1 - 3 / (4 (n-1) - 1)
-                (so J = 0 and g_z = 0 for n = 2 pairs: one degree of freedom carries no usable
-                effect size).
+                (J = 0 for n = 2 pairs: one degree of freedom carries no usable effect size,
+                so g is None there and the note says so, rather than a misleading 0).
 
     Returns keys test ("paired" | "welch"), n_baseline, n_other, diff = mean_o - mean_b,
     diff_pct = 100 * diff / mean_b (None if mean_b = 0), t, p, df, hedges_g, note.
@@ -173,8 +173,10 @@ def compare(baseline: Mapping[int, float], other: Mapping[int, float]) -> dict:
             t=float(res.statistic),
             p=float(res.pvalue),
             df=float(n - 1),
-            hedges_g=_hedges_j(n - 1) * _mean(d) / sd_d,
+            hedges_g=_hedges_j(n - 1) * _mean(d) / sd_d if n >= 3 else None,
         )
+        if n < 3:
+            result["note"] = "Hedges' g needs at least 3 seed pairs (its small-sample factor is 0 at 2)"
         return result
 
     if n_b < 2 or n_o < 2:
