@@ -186,3 +186,16 @@ def test_sigkill_the_sweep_at_random_moments_then_finish(tmp_path):
     assert statuses == [("completed", 4)]
     assert db.execute("SELECT COUNT(*) FROM members").fetchone()[0] == 4
     assert not _partial_files(store)
+
+
+def test_two_sweeps_share_a_run_with_the_same_identity(finished, tmp_path):
+    """A run another sweep already trained (same resolved config, other display name) is reused,
+    not retrained, and belongs to both sweeps."""
+    shutil.copytree(finished[0], tmp_path, dirs_exist_ok=True)
+    other = spec_dict(finished[0], seeds=[1], name="other")
+    other["variants"] = {"base": {}, "lower-lr": {"optim": {"lr": 1e-3}}}
+    other.pop("baseline")
+    store, result = _sweep(parse_spec(other), tmp_path / "store")
+    assert result.skipped == 1 and result.count("completed") == 2  # "base" is demo's "full", seed 1
+    shared = [r for r in store.runs() if r["variant"] in ("full", "base") and r["seed"] == 1]
+    assert {r["spec"] for r in shared} == {"demo", "other"} and len({r["id"] for r in shared}) == 1

@@ -149,7 +149,7 @@ class Store:
         path = run_dir / "sweep.json"
         meta = read_json(path, "sweep membership") if path.is_file() else {"id": run_id, "config": config,
                                                                             "members": []}
-        if meta.get("id") != run_id or meta.get("config") != config:
+        if meta.get("id") != run_id:  # the same identity may come with another display name: same run
             raise ReslabError(f"{path}: belongs to another run (identity {meta.get('id')}); the store is "
                               "inconsistent — move that folder away and rerun")
         if member is not None and member not in meta["members"]:
