@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 from .errors import ConfigError, ReslabError
+from .typed import deep_merge
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,20 +43,9 @@ def parse_set(items: list[str]) -> dict:
 
 
 def read_toml(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ReslabError(f"{path}: no such file")
-    try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ReslabError(f"{path}: not valid TOML ({e})") from None
+    from .fileio import read_toml as read
 
-
-def merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+    return read(path)
 
 
 def load_model_config(config_path: str | None, sets: list[str]):
@@ -64,7 +54,7 @@ def load_model_config(config_path: str | None, sets: list[str]):
     from .model.registry import resolve
 
     data = read_toml(config_path) if config_path else {}
-    data = merge(data, parse_set(sets))
+    data = deep_merge(data, parse_set(sets))
     unknown = sorted(set(data) - {"model"})
     if unknown:
         raise ConfigError([f"{k}: unknown table; this command reads only [model]" for k in unknown])
@@ -81,11 +71,11 @@ def load_run_config(config_path: str | None, preset: str | None, sets: list[str]
         data = read_toml(str(preset_path(preset)))
         where = f"preset {preset}"
     if config_path:
-        data = merge(data, read_toml(config_path))
+        data = deep_merge(data, read_toml(config_path))
         where = config_path
     if sets:
         where += " with --set"
-    return build_run_config(merge(data, parse_set(sets)), where=where)
+    return build_run_config(deep_merge(data, parse_set(sets)), where=where)
 
 
 def config_hash(cfg) -> str:

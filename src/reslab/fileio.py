@@ -40,6 +40,21 @@ def write_json(target: str | os.PathLike, obj) -> None:
     write_text(target, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def read_toml(path: str | os.PathLike, what: str = "file") -> dict:
+    """A TOML table from a user-supplied file; any problem is one ReslabError naming the file."""
+    import tomllib
+
+    from .errors import ReslabError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ReslabError(f"{path}: no such {what}")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ReslabError(f"{path}: not valid TOML ({e})") from None
+
+
 def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     """A JSON object from a user-supplied file; any problem is one ReslabError naming the file."""
     from .errors import ReslabError

@@ -112,6 +112,14 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     return obj
 
 
+def deep_merge(base: dict, over: dict) -> dict:
+    """base with over's keys on top; nested tables are merged key by key, anything else replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def to_dict(obj: Any) -> dict:
     return dataclasses.asdict(obj)
 

@@ -65,13 +65,18 @@ def cmd_sweep_plan(args) -> None:
     print(f"{len(rows)} runs", file=sys.stderr)
 
 
-def cmd_runs(args) -> None:
+def _indexed_runs(args) -> list[dict]:
+    """The index rows a `runs` verb's filters select."""
     from .store import Store
 
     store = Store(store_root(args))
     if not store.db_path.is_file():
         raise ReslabError(f"{store.root}: no index here (run a sweep, or `reslab runs reindex --store {store.root}`)")
-    rows = store.runs(spec=args.spec, variant=args.variant, status=args.status)
+    return store.runs(spec=args.spec, variant=args.variant, status=args.status)
+
+
+def cmd_runs(args) -> None:
+    rows = _indexed_runs(args)
     if args.json:
         print(json.dumps(rows, indent=2))
         return
@@ -91,13 +96,8 @@ def cmd_runs_reindex(args) -> None:
 
 def cmd_runs_export(args) -> None:
     from .export import export
-    from .store import Store
 
-    store = Store(store_root(args))
-    if not store.db_path.is_file():
-        raise ReslabError(f"{store.root}: no index here (run a sweep, or `reslab runs reindex`)")
-    rows = store.runs(spec=args.spec, variant=args.variant, status=args.status)
-    for path in export(rows, args.out, args.format, curves=not args.no_curves):
+    for path in export(_indexed_runs(args), args.out, args.format, curves=not args.no_curves):
         print(path)
 
 

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError, ReslabError
+from ..fileio import read_toml
 from ..train.config import RunConfig, build_run_config, preset_path
-from ..typed import Typed, from_dict
+from ..typed import Typed, deep_merge, from_dict
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # spec, variant and scale names become folder names
 
@@ -155,13 +156,6 @@ def _nested(dotted: str, value) -> dict:
     return out
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 # Fields the runner sets itself: a sweep's runs print no progress bars (the sweep shows its own view)
 # and take their thread budget from the runner, so neither may change a run's identity.
 RUNNER_FIXED = {"train": {"progress": "off", "threads": None}}
@@ -190,7 +184,7 @@ def _grid_points(grid: dict) -> list[tuple[dict, dict]]:
     for combo in itertools.product(*axes):
         overrides: dict = {}
         for _, _, table in combo:
-            overrides = _merge(overrides, table)
+            overrides = deep_merge(overrides, table)
         points.append(({key: value for key, value, _ in combo}, overrides))
     return points
 
@@ -281,13 +275,7 @@ def parse_spec(data: dict, where: str = "spec") -> SweepSpec:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    p = Path(path)
-    if not p.is_file():
-        raise ReslabError(f"{path}: no such spec file")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ReslabError(f"{path}: not valid TOML ({e})") from None
+    data = read_toml(path, "spec file")
     for k in ("name", "seeds", "variants"):
         if k not in data:
             raise ConfigError(f"{path}: {k}: required")
@@ -324,7 +312,7 @@ def with_overrides(spec: SweepSpec, overrides: dict, where: str = "--set") -> Sw
     _check_overrides(overrides, where, errors)
     if errors:
         raise ConfigError(errors)
-    return spec.replace(overrides=_merge(spec.overrides, overrides))
+    return spec.replace(overrides=deep_merge(spec.overrides, overrides))
 
 
 def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
@@ -339,11 +327,11 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                 if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
                     continue
                 for point, point_overrides in _grid_points(spec.grid) if spec.grid else [({}, {})]:
-                    data = _merge(_merge(preset, spec.base), spec.scales.get(scale, {}))
-                    data = _merge(_merge(data, overrides), point_overrides)
-                    data = _merge(data, spec.overrides)
-                    data = _merge(data, RUNNER_FIXED)
-                    data = _merge(data, {"train": {"seed": seed}})
+                    data = deep_merge(deep_merge(preset, spec.base), spec.scales.get(scale, {}))
+                    data = deep_merge(deep_merge(data, overrides), point_overrides)
+                    data = deep_merge(data, spec.overrides)
+                    data = deep_merge(data, RUNNER_FIXED)
+                    data = deep_merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]
                     data["name"] = f"{spec.name}/{run.label}"
                     at = f"variant {variant}" + (f", scale {scale}" if scale else "") + \
