@@ -315,3 +315,21 @@ def test_export_hf_accepts_a_run_folder(tmp_path, corpus):
     idx = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (theirs(idx).logits - ours(idx)).abs().max() < 1e-5
+
+
+def test_a_run_folder_is_locked_while_trained_and_cleaned_of_partial_files(tmp_path):
+    from reslab.train.run_folder import FolderBusy, RunFolder
+
+    corpus = write_corpus(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".tmp-step_00000010-999").mkdir(parents=True)
+    (run / ".status.json.abc.tmp").write_text("half")
+    holder = RunFolder(run)
+    holder.lock()  # another process (here: another open file) holds the run
+    assert not (run / ".status.json.abc.tmp").exists()
+    assert not (run / "checkpoints" / ".tmp-step_00000010-999").exists()
+    with pytest.raises(FolderBusy, match="another process is training this run"):
+        train(tiny_config(corpus, tmp_path / "cache"), run, log=lambda *_: None)
+    holder.close()  # released: now it trains
+    assert train(tiny_config(corpus, tmp_path / "cache", **{"train.steps": 2}), run,
+                 log=lambda *_: None).status == "completed"
