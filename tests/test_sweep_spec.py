@@ -146,3 +146,18 @@ def test_named_grid_axis_applies_each_points_overrides(tmp_path):
     data["grid"]["convention"]["residualgpt"] = {"model": {"tie_weight": False}}
     with pytest.raises(ConfigError, match="grid.convention.residualgpt.model.tie_weight: unknown key"):
         parse_spec(data)
+
+
+def test_cli_run_options_are_checked_before_anything_is_written(tmp_path):
+    path = write_spec(tmp_path, spec_dict(tmp_path))
+    store = tmp_path / "store"
+    cli = [sys.executable, "-m", "reslab.cli"]
+    for args, message in ((["sweep", "run", str(path), "--jobs", "0"], "--jobs: must be at least 1, got 0"),
+                          (["sweep", "run", str(path), "--seeds", "0"], "--seeds: must be at least 1, got 0"),
+                          (["sweep", "plan", str(path), "--set", "model.n_layerz=3"],
+                           "--set model.n_layerz: unknown key"),
+                          (["study", "run", "gain-confound", "--jobs", "-1"], "--jobs: must be at least 1")):
+        proc = subprocess.run([*cli, *args, "--store", str(store)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not store.exists()

@@ -55,10 +55,12 @@ def cmd_study_run(args) -> int:
     scale = args.scale or (spec.default_scales or list(spec.scales))[0]
     if scale not in spec.scales:
         raise ReslabError(f"--scale {scale}: study {args.name!r} has scales {', '.join(spec.scales)}")
-    if not args.seeds and spec.study and spec.study.seeds.get(scale):
+    if args.seeds is None and spec.study and spec.study.seeds.get(scale):
         args.seeds = spec.study.seeds[scale]
     spec = apply_run_options(spec, args)
     runs = expand(spec, [scale])
+    if args.jobs is not None and args.jobs < 1:
+        raise ReslabError(f"--jobs: must be at least 1, got {args.jobs}")
     jobs = args.jobs or default_jobs(runs)
     print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
     store = Store(store_root(args))

@@ -30,7 +30,7 @@ def apply_run_options(spec, args):
 
     if getattr(args, "set", None):
         spec = with_overrides(spec, parse_set(args.set))
-    return with_seeds(spec, args.seeds) if args.seeds else spec
+    return with_seeds(spec, args.seeds) if args.seeds is not None else spec
 
 
 def cmd_sweep_run(args) -> int:

@@ -168,6 +168,8 @@ def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result
 def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: list[str] | None = None,
               executor: str = "local", source: str = "", log=None, stream=None) -> SweepResult:
     """Train every unfinished run of `spec` into `store`; returns what happened to each."""
+    if jobs is not None and jobs < 1:  # checked before anything is written
+        raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
     log = log or (lambda msg: print(msg, file=sys.stderr))
     t0 = time.time()
     runs = expand(spec, scales)
@@ -188,8 +190,6 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
         if status not in FINISHED:
             todo.append((run, folder))
     jobs = jobs or default_jobs(runs)
-    if jobs < 1:
-        raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
     log(f"sweep {spec.name}: {len(runs)} runs planned, {result.skipped} already finished, "
         f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''} (store {store.root})")
     if todo:

@@ -309,9 +309,9 @@ def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
 def with_overrides(spec: SweepSpec, overrides: dict, where: str = "--set") -> SweepSpec:
     """The spec with `overrides` applied to every run, after everything else (checked here)."""
     errors: list[str] = []
-    _check_overrides(overrides, where, errors)
+    _check_overrides(overrides, "", errors)
     if errors:
-        raise ConfigError(errors)
+        raise ConfigError([f"{where} {line}" for line in errors])
     return spec.replace(overrides=deep_merge(spec.overrides, overrides))
 
 
