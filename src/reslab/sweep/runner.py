@@ -24,6 +24,7 @@ from pathlib import Path
 from ..errors import ReslabError
 from ..progress import _duration
 from .spec import PlannedRun, SweepSpec, expand
+from ..train.run_folder import RunFolder
 from .store import FINISHED, Store, run_row_from_folder
 from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
 
@@ -71,13 +72,7 @@ def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, 
     out = []
     for run in runs:
         folder = store.folder_for(run.id, run.label)
-        status = {}
-        if (folder / "status.json").is_file():
-            try:
-                status = json.loads((folder / "status.json").read_text())
-            except json.JSONDecodeError:
-                status = {}
-        out.append((run, folder, status.get("status", "pending")))
+        out.append((run, folder, RunFolder(folder).read_status().get("status", "pending")))
     return out
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import ReslabError
 from ..fileio import read_json, write_json
+from ..train.run_folder import RunFolder
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,7 +51,7 @@ def run_row_from_folder(run_dir: Path) -> dict | None:
     if not sweep_file.is_file():
         return None
     meta = read_json(sweep_file, "sweep membership")
-    status = _read_json_or_empty(run_dir / "status.json")
+    status = RunFolder(run_dir).read_status()
     cfg = meta.get("config", {})
     params = (status.get("params") or {}).get("total")
     rates = [r["tokens_per_s"] for r in JsonlLog(run_dir / "metrics.jsonl").read() if r.get("tokens_per_s")]
@@ -64,13 +65,6 @@ def run_row_from_folder(run_dir: Path) -> dict | None:
         "corpus": status.get("corpus"), "started_at": meta.get("started_at"),
         "finished_at": meta.get("finished_at"), "wall_s": meta.get("wall_s"), "config": json.dumps(cfg),
     }
-
-
-def _read_json_or_empty(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 class Store:
