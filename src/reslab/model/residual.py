@@ -20,24 +20,18 @@ class Residual(nn.Module):
         self.skip = skip
         self.gain = gain
         self.prores = prores
-        # alpha is a buffer (not a Python float) so a compiled model does not recompile each step;
-        # it is saved with the weights, and set_alpha() rewrites it after every optimizer step.
+        # alpha is a buffer (not a Python float) and is always multiplied in when ProRes is on (x * 1.0
+        # is exact), so a compiled model never recompiles when alpha changes or reaches 1. It is
+        # saved with the weights, and set_alpha() rewrites it in place after every optimizer step.
         self.register_buffer("alpha", torch.ones(()), persistent=prores)
-        self.alpha_is_one = True
-        self.register_load_state_dict_post_hook(Residual._after_load)
-
-    @staticmethod
-    def _after_load(module: "Residual", incompatible_keys) -> None:
-        module.alpha_is_one = bool(module.alpha == 1.0)
 
     def set_alpha(self, value: float) -> None:
         self.alpha.fill_(value)
-        self.alpha_is_one = value == 1.0
 
     def forward(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         if self.gain != 1.0:
             branch = self.gain * branch
-        if self.prores and not self.alpha_is_one:
+        if self.prores:
             branch = self.alpha * branch
         return x + branch if self.skip else branch
 

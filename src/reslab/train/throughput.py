@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from torch import nn
 
-# Dense (no sparsity) bf16/fp16 tensor-core peaks, FLOP/s.
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+# Dense (no sparsity) bf16/fp16 tensor-core peaks, FLOP/s, matched against the CUDA device name
+# in this order (the PCIe H100 has a lower clock and fewer SMs than the SXM one).
+PEAK_BF16 = (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12))
 
 
 def matmul_params(model: nn.Module) -> int:
@@ -27,7 +28,7 @@ def flops_per_token(model: nn.Module, seq_len: int) -> float:
 def peak_flops(device_name: str, dtype: str) -> float | None:
     if dtype not in ("bfloat16", "float16"):
         return None
-    for key, peak in PEAK_BF16.items():
+    for key, peak in PEAK_BF16:
         if key in device_name:
             return peak
     return None
