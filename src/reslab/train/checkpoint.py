@@ -32,15 +32,17 @@ def _folder_name(prefix: str, step: int) -> str:
     return f"{prefix}{step:08d}"
 
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, list]:
-    """(name/moment -> tensor, param groups without tensors), keyed by parameter names."""
+def optimizer_tensors(optimizer: torch.optim.Optimizer, member: int | None = None) -> tuple[dict, list]:
+    """(name/moment -> tensor, param groups without tensors), keyed by parameter names.
+    member=k: seed k's slice of an optimizer over stacked parameters (see stacked.py)."""
     tensors = {}
-    sd = optimizer.state_dict()
     for group in optimizer.param_groups:
         for name, p in zip(group["names"], group["params"]):
             for key, value in optimizer.state.get(p, {}).items():
-                tensors[f"{name}/{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+                if member is not None and key != "step":  # the step count is shared by every seed
+                    value = value[member]
+                tensors[f"{name}/{key}"] = value.detach().contiguous().cpu()
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.state_dict()["param_groups"]]
     return tensors, groups
 
 
@@ -62,14 +64,15 @@ def load_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict, grou
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, state: dict, keep: int,
-                    gathered: tuple | None = None) -> Path:
-    """gathered: (model state dict, optimizer tensors) of a sharded model, collected on every rank."""
+                    gathered: tuple | None = None, member: int | None = None) -> Path:
+    """gathered: (model state dict, optimizer tensors) of a sharded model, collected on every rank.
+    member: the seed whose optimizer slice to save, when the optimizer holds stacked seeds."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / _folder_name(STEP_PREFIX, step)
     tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tmp, state=gathered[0] if gathered else None)
-    tensors, groups = optimizer_tensors(optimizer)
+    tensors, groups = optimizer_tensors(optimizer, member)
     if gathered:
         tensors = gathered[1]
     save_file(tensors, str(tmp / "optimizer.safetensors"))

@@ -227,7 +227,7 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
     if d.main:
         folder.write_status(status="running", step=start, corpus=data.meta.get("corpus"),
                             comparable=data.meta.get("comparable", True), device=str(device), dtype=dtype,
-                            world_size=d.world, params=raw_model.param_counts())
+                            world_size=d.world, params=raw_model.param_counts(), stacked=None, stacked_with=None)
     sinks = Sinks(t_cfg, folder.path, cfg.name, cfg.to_dict()) if d.main else None
 
     eval_every, ckpt_every = t_cfg.eval_interval, t_cfg.checkpoint_interval
@@ -337,13 +337,19 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
     if d.main:
         if status == "diverged":
             progress.message(f"{cfg.name}: diverged at step {diverged_at} (non-finite loss or gradient)")
-        rows = folder.read_metrics()  # loss-spike scores (diagnostics), on or off: cheap
-        spikes = {f"spike_score_{key}": spike_score([r[key] for r in rows if key in r], g_cfg.spike_window,
-                                                    g_cfg.spike_threshold) for key in ("train_loss", "grad_norm")}
-        folder.write_status(status=status, step=final_step, best_val_loss=best,
-                            final_val_loss=final_val if status == "completed" else None,
-                            last_train_loss=last_train_loss, spike_score_loss=spikes["spike_score_train_loss"],
-                            spike_score_grad_norm=spikes["spike_score_grad_norm"])
+        write_final_status(folder, cfg, status, final_step, best, final_val, last_train_loss)
     distributed.teardown(d)
     return RunResult(status, final_step, best, final_val if status == "completed" else None, folder.path)
+
+
+def write_final_status(folder: RunFolder, cfg: RunConfig, status: str, final_step: int, best, final_val,
+                       last_train_loss) -> None:
+    """status.json at the end of a run, with the loss-spike scores (diagnostics on or off: cheap)."""
+    g_cfg, rows = cfg.diagnostics, folder.read_metrics()
+    spikes = {key: spike_score([r[key] for r in rows if key in r], g_cfg.spike_window, g_cfg.spike_threshold)
+              for key in ("train_loss", "grad_norm")}
+    folder.write_status(status=status, step=final_step, best_val_loss=best,
+                        final_val_loss=final_val if status == "completed" else None,
+                        last_train_loss=last_train_loss, spike_score_loss=spikes["train_loss"],
+                        spike_score_grad_norm=spikes["grad_norm"])
 

@@ -27,8 +27,11 @@ def parameter_groups(model: nn.Module, cfg: OptimConfig) -> tuple[list[str], lis
     return decay, no_decay
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
-    params = dict(model.named_parameters())
+def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str,
+                    tensors: dict[str, torch.Tensor] | None = None) -> torch.optim.AdamW:
+    """AdamW over `model`'s parameters, or over `tensors` (name -> tensor, e.g. K seeds' parameters
+    stacked) grouped by the names of `model`'s parameters."""
+    params = dict(model.named_parameters()) if tensors is None else tensors
     decay, no_decay = parameter_groups(model, cfg)
     groups = [{"params": [params[n] for n in decay], "weight_decay": cfg.weight_decay, "names": decay},
               {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "names": no_decay}]
