@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import shutil
@@ -199,3 +200,56 @@ def test_two_sweeps_share_a_run_with_the_same_identity(finished, tmp_path):
     assert result.skipped == 1 and result.count("completed") == 2  # "base" is demo's "full", seed 1
     shared = [r for r in store.runs() if r["variant"] in ("full", "base") and r["seed"] == 1]
     assert {r["spec"] for r in shared} == {"demo", "other"} and len({r["id"] for r in shared}) == 1
+
+
+def test_stacked_sweep_gives_each_run_its_separate_curve(finished, tmp_path):
+    """--stack always on CPU: the two seeds of each variant train stacked in one worker; every run's
+    folder, status and index row are as in the unstacked sweep, and its curve equal within float
+    tolerance (dropout is 0 in these specs)."""
+    src, spec, _ = finished
+    store, result = _sweep(spec, tmp_path / "store", jobs=2, stack="always")
+    assert result.count("completed") == 4
+    rows = store.runs(spec="demo")
+    assert all(r["status"] == "completed" for r in rows)
+    for run_id, folder in _folders(tmp_path / "store").items():
+        status = json.loads((folder / "status.json").read_text())
+        assert status["stacked"] == 2 and len(status["stacked_with"]) == 1
+        reference = _folders(src / "store")[run_id]
+        for (s1, t1, v1), (s2, t2, v2) in zip(curves(folder), curves(reference), strict=True):
+            assert s1 == s2
+            for a, b in ((t1, t2), (v1, v2)):
+                assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-4 * max(1.0, abs(b)))
+    # a rerun finds them finished: nothing retrained
+    again = run_sweep(spec, store, jobs=2, stream=io.StringIO(), log=lambda *_: None, stack="always")
+    assert again.skipped == 4
+
+
+def test_stacked_tasks_group_seeds_of_one_design_at_one_checkpoint(finished, tmp_path):
+    from reslab.sweep.runner import stacked_tasks
+    from reslab.sweep.spec import expand
+
+    _, spec, _ = finished
+    runs = expand(spec)
+    todo = [(r, tmp_path / r.id) for r in runs]
+    groups = stacked_tasks(todo, "always", gpus=0, stack_size=8)
+    assert sorted(sorted(r.seed for r, _ in g) for g in groups) == [[1, 2], [1, 2]]
+    assert all(len({r.variant for r, _ in g}) == 1 for g in groups)
+    assert [len(g) for g in stacked_tasks(todo, "auto", gpus=0, stack_size=8)] == [1, 1, 1, 1]  # CPU: off
+    assert [len(g) for g in stacked_tasks(todo, "auto", gpus=1, stack_size=8)] == [2, 2]
+    assert [len(g) for g in stacked_tasks(todo, "always", gpus=0, stack_size=1)] == [1, 1, 1, 1]
+    assert [len(g) for g in stacked_tasks(todo, "never", gpus=1, stack_size=8)] == [1, 1, 1, 1]
+    # a run with a checkpoint does not stack with a fresh seed of its design
+    first = todo[0][1] / "checkpoints" / "step_00000010"
+    first.mkdir(parents=True)
+    (first / "state.json").write_text("{}")
+    assert sorted(len(g) for g in stacked_tasks(todo, "always", gpus=0, stack_size=8)) == [1, 1, 2]
+
+
+def test_bad_stack_options_are_refused_before_anything_is_written(tmp_path):
+    from reslab.errors import ReslabError
+
+    spec = parse_spec(spec_dict(tmp_path))
+    for kw, message in (({"stack": "sometimes"}, "--stack"), ({"stack_size": 0}, "--stack-size")):
+        with pytest.raises(ReslabError, match=message):
+            _sweep(spec, tmp_path / "store", **kw)
+    assert not (tmp_path / "store" / "runs").exists()

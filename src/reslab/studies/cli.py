@@ -64,7 +64,8 @@ def cmd_study_run(args) -> int:
     jobs = args.jobs or default_jobs(runs)
     print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
     store = Store(store_root(args))
-    result = run_sweep(spec, store, jobs=jobs, scales=[scale], source=f"built-in study {args.name}")
+    result = run_sweep(spec, store, jobs=jobs, scales=[scale], source=f"built-in study {args.name}",
+                       stack=args.stack, stack_size=args.stack_size)
     report, out = build_report(store, spec.name, scale=scale)
     write_report(report, out)
     store.close()
@@ -92,7 +93,7 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def add_parsers(sub, parser_class) -> None:
-    from ..sweep.cli import add_run_options
+    from ..sweep.cli import add_run_options, add_stack_options
 
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
     ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
@@ -106,5 +107,6 @@ def add_parsers(sub, parser_class) -> None:
     run.add_argument("--scale", help="tiny (CPU minutes) or paper (published setup, GPUs); default tiny")
     add_run_options(run)
     run.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")
+    add_stack_options(run)
     run.add_argument("--store", help="results store (default: $RESLAB_STORE or ./results)")
     run.set_defaults(func=cmd_study_run)

@@ -40,7 +40,7 @@ def cmd_sweep_run(args) -> int:
     spec = _spec(args)
     store = Store(store_root(args))
     result = run_sweep(spec, store, jobs=args.jobs, scales=args.scale, executor=args.executor,
-                       source=str(Path(args.spec).resolve()))
+                       source=str(Path(args.spec).resolve()), stack=args.stack, stack_size=args.stack_size)
     store.close()
     print(f"sweep {spec.name}: {result.count('completed')} completed, {result.count('diverged')} diverged, "
           f"{result.count('failed')} failed ({result.skipped} were already finished); "
@@ -101,6 +101,12 @@ def cmd_runs_export(args) -> None:
         print(path)
 
 
+def add_stack_options(p) -> None:
+    p.add_argument("--stack", choices=["auto", "always", "never"], default="auto",
+                   help="train the seeds of one design stacked in one worker process: auto = on GPUs only")
+    p.add_argument("--stack-size", type=int, default=8, metavar="K", help="at most K seeds per stack (default 8)")
+
+
 def add_run_options(p) -> None:
     p.add_argument("--seeds", type=int, help="use N seeds (the spec's first N, extended if N is larger)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -124,6 +130,7 @@ def add_parsers(sub, parser_class) -> None:
             p.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")
             p.add_argument("--executor", choices=["local", "slurm", "submitit-local"], default="local",
                            help="local worker pool, a Slurm job array (submitit), or submitit's local executor")
+            add_stack_options(p)
         else:
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)

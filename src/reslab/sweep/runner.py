@@ -1,8 +1,11 @@
 """Run a sweep: plan, skip what is finished, train the rest in parallel worker slots, index it all.
 
     for each planned run:  finished (completed / diverged) -> skip;  else queue (resumes if it can)
-    local executor:  `jobs` slots, each a `python -m reslab.sweep.worker RUN_DIR` process
+    local executor:  `jobs` slots, each a `python -m reslab.sweep.worker RUN_DIR...` process
                      CPU: each slot gets cores // jobs threads;  GPU: each slot its own CUDA_VISIBLE_DEVICES
+                     stacking: seeds of one design (configs equal up to name and seeds, at the same
+                     checkpoint) share one worker, trained stacked in one process (train/stacked.py):
+                     by default on GPUs only (--stack auto), up to --stack-size seeds per worker
     slurm executor:  one array task per run through submitit (see executors.py)
 
 Only this orchestrating process writes the index. Workers die with it (PR_SET_PDEATHSIG), and a
@@ -125,6 +128,37 @@ class SweepView:
             self.stream.write("\n")
 
 
+STACK_MODES = ("auto", "always", "never")
+
+
+def _checkpoint_step(folder: Path) -> int | None:
+    from ..train.checkpoint import complete_checkpoints
+
+    steps = complete_checkpoints(folder / "checkpoints")
+    return int(steps[-1].name.split("_")[1]) if steps else None
+
+
+def stacked_tasks(todo: list, stack: str, gpus: int, stack_size: int) -> list[list]:
+    """Group the (run, folder) pairs into worker tasks: seeds of one design at the same checkpoint
+    step share a task (at most stack_size each) when stacking is on; every other run is its own task.
+    Order follows the first run of each task in `todo`."""
+    if stack == "never" or (stack == "auto" and not gpus) or stack_size < 2:
+        return [[item] for item in todo]
+    from ..train.stacked import stack_key, stack_refusal
+
+    groups: dict[tuple, list] = {}
+    for run, folder in todo:
+        groups.setdefault((stack_key(run.config), _checkpoint_step(folder)), []).append((run, folder))
+    tasks = []
+    for members in groups.values():
+        if stack_refusal([r.config for r, _ in members]):
+            tasks.extend([m] for m in members)
+            continue
+        tasks.extend(members[i:i + stack_size] for i in range(0, len(members), stack_size))
+    first = {id(item[1]): i for i, item in enumerate(todo)}
+    return sorted(tasks, key=lambda task: first[id(task[0][1])])
+
+
 def _prepare_data(runs: list[PlannedRun], log) -> None:
     """Tokenize every distinct dataset once, here, before workers start (they then only read it)."""
     from ..data import prepare_dataset
@@ -146,7 +180,7 @@ def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result
                            finished_at=time.time(), wall_s=(meta.get("wall_s") or 0.0) + wall)
     row = run_row_from_folder(run_dir)
     status = row["status"] if code != EXIT_BUSY else "busy"
-    if code not in (EXIT_COMPLETED, EXIT_DIVERGED, EXIT_BUSY) and status not in ("failed",):
+    if code not in (EXIT_COMPLETED, EXIT_DIVERGED, EXIT_BUSY) and status not in ("failed", *FINISHED):
         status = row["status"] = "failed"
         row["error"] = row.get("error") or f"worker exited with status {code}; see {run_dir / 'worker.log'}"
     store.upsert_run(row)
@@ -161,10 +195,15 @@ def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result
 
 
 def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: list[str] | None = None,
-              executor: str = "local", source: str = "", log=None, stream=None) -> SweepResult:
+              executor: str = "local", source: str = "", log=None, stream=None, stack: str = "auto",
+              stack_size: int = 8) -> SweepResult:
     """Train every unfinished run of `spec` into `store`; returns what happened to each."""
     if jobs is not None and jobs < 1:  # checked before anything is written
         raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
+    if stack not in STACK_MODES:
+        raise ReslabError(f"--stack: choose one of {', '.join(STACK_MODES)}, got {stack!r}")
+    if stack_size < 1:
+        raise ReslabError(f"--stack-size: must be at least 1, got {stack_size}")
     log = log or (lambda msg: print(msg, file=sys.stderr))
     t0 = time.time()
     runs = expand(spec, scales)
@@ -185,13 +224,17 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
         if status not in FINISHED:
             todo.append((run, folder))
     jobs = jobs or default_jobs(runs)
+    gpus = _gpus_for([r for r, _ in todo])
+    tasks = stacked_tasks(todo, stack, gpus, stack_size) if executor == "local" else [[t] for t in todo]
+    stacks = [len(t) for t in tasks if len(t) > 1]
+    stacked_note = f", {sum(stacks)} of them stacked as {len(stacks)} multi-seed workers" if stacks else ""
     log(f"sweep {spec.name}: {len(runs)} runs planned, {result.skipped} already finished, "
-        f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''} (store {store.root})")
+        f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''}{stacked_note} (store {store.root})")
     if todo:
         _prepare_data([r for r, _ in todo], log)
         view = SweepView(spec.name, len(runs), jobs, stream)
         if executor == "local":
-            _run_local(todo, store, jobs, _gpus_for([r for r, _ in todo]), view, result)
+            _run_local(tasks, store, jobs, gpus, view, result)
         else:
             from .executors import run_submitit
 
@@ -210,37 +253,42 @@ def _worker_env(slot: int, jobs: int, gpus: int) -> dict:
     return env
 
 
-def _run_local(todo, store: Store, jobs: int, gpus: int, view: SweepView, result: SweepResult) -> None:
-    queue = list(todo)
-    running: dict[int, tuple] = {}  # slot -> (process, run, folder, started, log file)
+def _run_local(tasks: list[list], store: Store, jobs: int, gpus: int, view: SweepView, result: SweepResult) -> None:
+    queue = list(tasks)
+    running: dict[int, tuple] = {}  # slot -> (process, task, started, log file)
 
     def counts() -> dict:
         done = sum(1 for s in result.statuses.values() if s in FINISHED)
-        return dict(done=done, running=len(running), failed=result.count("failed"),
-                    diverged=result.count("diverged"), queued=len(queue))
+        return dict(done=done, running=sum(len(task) for _, task, _, _ in running.values()),
+                    failed=result.count("failed"), diverged=result.count("diverged"),
+                    queued=sum(len(task) for task in queue))
 
     try:
         while queue or running:
             for slot in range(jobs):
                 if slot in running or not queue:
                     continue
-                run, folder = queue.pop(0)
-                folder.mkdir(parents=True, exist_ok=True)
-                logf = open(folder / "worker.log", "ab")
-                proc = subprocess.Popen([sys.executable, "-m", "reslab.sweep.worker", str(folder)],
+                task = queue.pop(0)
+                folders = [folder for _, folder in task]
+                for folder in folders:
+                    folder.mkdir(parents=True, exist_ok=True)
+                logf = open(folders[0] / "worker.log", "ab")  # a stack logs into its first run's folder
+                proc = subprocess.Popen([sys.executable, "-m", "reslab.sweep.worker", *map(str, folders)],
                                         stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env=_worker_env(slot, jobs, gpus), preexec_fn=_die_with_parent)
-                running[slot] = (proc, run, folder, time.time(), logf)
-                store.upsert_run({"id": run.id, "path": str(folder), "status": "running"})
+                running[slot] = (proc, task, time.time(), logf)
+                for run, folder in task:
+                    store.upsert_run({"id": run.id, "path": str(folder), "status": "running"})
             view.show(**counts())
             time.sleep(0.2)
-            for slot, (proc, run, folder, started, logf) in list(running.items()):
+            for slot, (proc, task, started, logf) in list(running.items()):
                 code = proc.poll()
                 if code is None:
                     continue
                 logf.close()
                 del running[slot]
-                _finish(store, folder, started, view, result, run.id, code)
+                for run, folder in task:
+                    _finish(store, folder, started, view, result, run.id, code)
             view.show(**counts())
     except KeyboardInterrupt:
         for proc, *_ in running.values():
