@@ -21,3 +21,6 @@ python bench/bench_diagnostics.py --rounds 2 --json "$out/diagnostics.json" > "$
 echo "done" > "$out/DONE4"
 # Issue 5: a sweep of 8 runs with one single-threaded worker per core against one worker.
 python bench/bench_sweep.py --steps 100 --out "$out/bench_sweep.json" > "$out/bench_sweep.txt" 2>&1
+# Issue 8: stacked seeds on CPU (4 seeds stacked vs one seed, nanoGPT's CPU shape).
+python bench/bench_stacked.py --preset nanogpt-cpu --seeds 4 --steps 100 --device cpu --markdown \
+    --json "$out/stacked_cpu.json" > "$out/stacked_cpu.md" 2>/dev/null
