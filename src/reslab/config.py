@@ -6,14 +6,15 @@ checks here are the ones that hold for every design (shapes, ranges).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from .errors import ConfigError
 from .model.prores import SCHEDULE_NAMES
 from .typed import Typed
 
-Norm = Literal["layernorm", "rmsnorm", "none"]
+Norm = Literal["layernorm", "rmsnorm", "dyt", "none"]
+LearnedScale = Literal["none", "scalar", "channel"]
 Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier"]
 MLPKind = Literal["gelu", "gelu-tanh", "relu", "swiglu"]
 Positions = Literal["learned", "rope", "none"]
@@ -59,6 +60,27 @@ class ModelConfig(Typed):
     resi_dual_scale: float = 1.0      # resi-dual: s, bounds the dual stream for fp16; no effect on f32
     mix_ln_post_layers: Optional[int] = None  # mix-ln: how many first layers are post-ln (ceil(L/4))
 
+    # ---- Zoo II (issue 9) ------------------------------------------------------------------------
+    # Learned scales, named by WHAT they multiply, at every residual point of the design:
+    #   skip_scale    x = s * x + F(...)     s learned, 1 at init       (scales the SKIP)
+    #   branch_scale  x = x + a * F(...)     a learned, branch_scale_init at init (scales the BRANCH)
+    # "scalar": one per residual point; "channel": one per channel (LayerScale's diag(lambda)).
+    skip_scale: LearnedScale = "none"
+    branch_scale: Optional[LearnedScale] = None   # design default: none (layerscale: channel)
+    branch_scale_init: Optional[float] = None     # default 1.0 (layerscale: CaiT's eps by depth)
+    dyt_alpha: float = 0.5            # norm = "dyt": y = gamma * tanh(alpha * x) + beta, alpha's init
+    gate_bias: float = 2.0            # gated (GTrXL): the update gate's bias b_g (identity-leaning at init)
+    value_residual: bool = False      # ResFormer: layer l > 1 mixes its values with layer 1's
+    value_residual_init: float = 0.5  # ResFormer: both mixing weights at init (learned)
+    residual_attention: bool = False  # RealFormer: pre-softmax scores carried from layer to layer
+    hyper_streams: int = 4            # hyper-connections: n parallel residual streams
+    hyper_mixing: Literal["free", "sinkhorn"] = "free"  # sinkhorn: mHC's doubly stochastic stream mixing
+    hyper_dynamic: bool = False       # hyper-connections: weights also depend on the input (DHC)
+    sinkhorn_iters: int = 20          # Sinkhorn-Knopp iterations for hyper_mixing = "sinkhorn"
+    ngpt_alpha_init: float = 0.05     # nGPT: the eigen learning rates alpha_A, alpha_M at init
+    # Per-layer design overrides: layers (counted from 1) -> design, e.g. {"1-3" = "post-ln", "12" = "sandwich-ln"}.
+    layer_designs: dict[str, str] = field(default_factory=dict)
+
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
@@ -86,7 +108,7 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
         errors.append(f"{prefix}.dropout: must be in [0, 1), got {cfg.dropout}")
     if not cfg.mlp_ratio > 0:
         errors.append(f"{prefix}.mlp_ratio: must be positive, got {cfg.mlp_ratio}")
-    for name in ("norm_eps", "init_std", "rope_base", "resi_dual_scale"):
+    for name in ("norm_eps", "init_std", "rope_base", "resi_dual_scale", "dyt_alpha", "ngpt_alpha_init"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{prefix}.{name}: must be positive, got {getattr(cfg, name)}")
     if not (cfg.branch_gain > 0 and cfg.branch_gain < float("inf")):
@@ -96,6 +118,12 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
                       f"{', '.join(SCHEDULE_NAMES)}")
     if cfg.prores_warmup < 0:
         errors.append(f"{prefix}.prores_warmup: must be >= 0, got {cfg.prores_warmup}")
+    if cfg.branch_scale_init is not None and not abs(cfg.branch_scale_init) < float("inf"):
+        errors.append(f"{prefix}.branch_scale_init: must be a finite number, got {cfg.branch_scale_init}")
+    if cfg.hyper_streams < 1:
+        errors.append(f"{prefix}.hyper_streams: must be a positive integer, got {cfg.hyper_streams}")
+    if cfg.sinkhorn_iters < 1:
+        errors.append(f"{prefix}.sinkhorn_iters: must be a positive integer, got {cfg.sinkhorn_iters}")
     return errors
 
 

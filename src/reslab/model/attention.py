@@ -13,6 +13,7 @@ Value / projection:    "linear" (W_V), "identity" (V = x, no parameters) or "ide
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,15 @@ def rotate_rope(x: torch.Tensor, base: float) -> torch.Tensor:
     sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+@dataclass
+class AttentionCarry:
+    """What attention passes from layer to layer within ONE forward (GPT.forward makes a fresh one):
+    the first layer's values (ResFormer's value residual) and the last pre-softmax scores
+    (RealFormer's residual attention). Nothing in it outlives the forward."""
+    first_values: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
 
 
 class CausalSelfAttention(nn.Module):

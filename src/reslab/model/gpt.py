@@ -1,8 +1,10 @@
 """The GPT-style decoder: embeddings -> residual stream through the blocks -> head.
 
     emb  = wte(tokens) + wpe(positions)          (no wpe with rope or pos = "none")
-    h    = stream.enter(dropout(emb))            single stream, or ResiDual's (xa, xd)
-    h    = block_L( ... block_1(h))              each block is the design's formula
+    h    = stream.enter(dropout(emb))            single stream, ResiDual's (xa, xd), n hyper-streams, ...
+    h    = block_L( ... block_1(h))              each block is its layer's design's formula (layer_designs);
+                                                 value_residual / residual_attention: the blocks also pass
+                                                 an AttentionCarry from layer to layer
     y    = stream.exit(h)                        final norm / ResiDual's xa + N(xd) / nothing
     logits = head(y)                             head = wte^T when weights are tied
 """
@@ -14,10 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .attention import AttentionCarry
 from .init import init_weights
 from .norms import make_norm
 from .prores import prores_alpha
-from .registry import get_design, resolve
+from .registry import get_design, layer_design, resolve
 
 
 class SingleStream(nn.Module):
@@ -57,6 +60,11 @@ class DualStream(nn.Module):
         return xa + self.final_norm(xd)
 
 
+# Design.stream -> the module that turns the embedding into the blocks' stream and back.
+STREAMS = {"single": lambda cfg, design: SingleStream(cfg, design.final_norm),
+           "dual": lambda cfg, design: DualStream(cfg)}
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         super().__init__()
@@ -66,8 +74,8 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
-        self.stream = DualStream(cfg) if self.design.stream == "dual" else SingleStream(cfg, self.design.final_norm)
-        self.blocks = nn.ModuleList(self.design.block(cfg, layer) for layer in range(1, cfg.n_layer + 1))
+        self.stream = STREAMS[self.design.stream](cfg, self.design)
+        self.blocks = nn.ModuleList(layer_design(cfg, layer).block(cfg, layer) for layer in range(1, cfg.n_layer + 1))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight
@@ -81,6 +89,7 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight
         init_weights(self, self.config, torch.Generator().manual_seed(seed))
         self.set_step(0)
+        self.after_optimizer_step()  # designs that keep weights on a manifold (nGPT) start on it
 
     def set_step(self, t: int) -> None:
         """Tell the model how many optimizer updates are done; sets every ProRes alpha(l, t)."""
@@ -92,6 +101,14 @@ class GPT(nn.Module):
             alpha = prores_alpha(cfg.prores, block.layer, t, cfg.n_layer, cfg.prores_warmup)
             for r in block.residuals():
                 r.set_alpha(alpha)
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Called by the trainers after every optimizer step: designs that keep their weights on a
+        manifold (nGPT's unit-norm rows) project them back here. A no-op for every other design."""
+        for m in self.modules():
+            if m is not self and hasattr(m, "after_optimizer_step"):
+                m.after_optimizer_step()
 
     def prores_alphas(self) -> list[float]:
         """alpha of every layer at the current step (all 1.0 without ProRes)."""
@@ -112,8 +129,13 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Logits (B, T, V); with targets, also the mean cross-entropy loss."""
         h = self.stream.enter(self.embed(idx))
-        for block in self.blocks:
-            h = block(h)
+        if self.config.value_residual or self.config.residual_attention:
+            carry = AttentionCarry()  # this forward's layer-to-layer attention state, nothing kept
+            for block in self.blocks:
+                h = block(h, carry=carry)
+        else:
+            for block in self.blocks:
+                h = block(h)
         logits = self.lm_head(self.stream.exit(h))
         if targets is None:
             return logits

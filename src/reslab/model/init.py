@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .attention import CausalSelfAttention
-from .blocks.base import Block, output_projections
+from .blocks.base import output_projections
 from .blocks.post_norm import deepnorm_beta
 from .mlp import MLP
 
@@ -38,7 +38,7 @@ def _value_weight(attn: CausalSelfAttention) -> torch.Tensor | None:
     return attn.c_attn.weight[2 * attn.n_embd:] if attn.value == "linear" else None
 
 
-def _branch_weights(block: Block) -> tuple[list, list]:
+def _branch_weights(block: nn.Module) -> tuple[list, list]:
     """(q/k weights, v/out/fc1/fc2 weights) of one block, as views that can be written in place."""
     qk, vo = [], []
     for m in block.modules():
@@ -66,9 +66,10 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
                 m.bias.zero_()
         elif isinstance(m, nn.Embedding):
             _normal_(m.weight, std, g)
-        elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-            m.reset_parameters()
-        elif isinstance(m, (Block, CausalSelfAttention)):
+        elif hasattr(m, "reset_parameters"):
+            # norms, blocks, attention, residual points, gates, ...: every module that owns parameters
+            # or buffers beyond Linear / Embedding rewrites them here, so a model built on the meta
+            # device and materialised is the same model as one built directly (tested)
             m.reset_parameters()
 
     for block in model.blocks:

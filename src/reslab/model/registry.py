@@ -18,8 +18,8 @@ from .blocks.resi_dual import ResiDualBlock
 from .blocks.rezero import ReZeroBlock
 from .blocks.simplified import SASBlock, SASPBlock
 
-NORMED = ("layernorm", "rmsnorm")
-ALL_NORMS = ("layernorm", "rmsnorm", "none")
+NORMED = ("layernorm", "rmsnorm", "dyt")
+ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Design:
     prores: bool = False                          # composes with a ProRes schedule
     attention_options: bool = False               # shaped_attention / vp_identity may be set
     simplified: bool = False                      # norm_free / sas_ff_gain apply
+    per_layer: bool = False                       # may be chosen for single layers (layer_designs)
+    learned_scales: bool = False                  # skip_scale / branch_scale apply at its residual points
+    attention_carry: bool = False                 # value_residual / residual_attention apply
 
 
 def _mix_ln_block(cfg: ModelConfig, layer: int):
@@ -45,27 +48,30 @@ def _mix_ln_block(cfg: ModelConfig, layer: int):
 _DESIGNS = [
     Design("pre-ln", "x = x + F(N(x)); final N before the head",
            "Radford et al. 2019 (GPT-2); Xiong et al. 2020", PreLNBlock,
-           norms=ALL_NORMS, prores=True, attention_options=True),
+           norms=ALL_NORMS, prores=True, attention_options=True, per_layer=True, learned_scales=True,
+           attention_carry=True),
     Design("post-ln", "x = N(x + F(x))", "Vaswani et al. 2017", PostLNBlock,
-           final_norm=False, prores=True),
+           final_norm=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True),
     Design("sandwich-ln", "x = x + N2(F(N1(x)))", "Ding et al. 2021 (CogView)", SandwichBlock,
-           prores=True, defaults={"embed_norm": False}),
+           prores=True, defaults={"embed_norm": False}, per_layer=True, learned_scales=True, attention_carry=True),
     Design("peri-ln", "x = x + N_out(F(N_in(x))); N on the embedding (embed_norm)",
-           "Kim et al. 2025 (Peri-LN)", SandwichBlock, prores=True, defaults={"embed_norm": True}),
+           "Kim et al. 2025 (Peri-LN)", SandwichBlock, prores=True, defaults={"embed_norm": True},
+           per_layer=True, learned_scales=True, attention_carry=True),
     Design("mix-ln", "first ceil(L/4) layers post-ln (x = N(x + F(x))), the rest pre-ln",
-           "Li et al. 2024 (Mix-LN)", _mix_ln_block, prores=True),
+           "Li et al. 2024 (Mix-LN)", _mix_ln_block, prores=True, learned_scales=True, attention_carry=True),
     Design("deepnorm", "x = N(a*x + F(x)), a = (2L)^(1/4); v, out-proj, fc1, fc2 init x (8L)^(-1/4)",
            "Wang et al. 2022 (DeepNet)", DeepNormBlock, final_norm=False, prores=True,
-           defaults={"init": "deepnorm"}),
+           defaults={"init": "deepnorm"}, per_layer=True),
     Design("lns", "x = x + F(N(x) / sqrt(l)); final N unscaled",
-           "Sun et al. 2025 (LayerNorm Scaling)", LNSBlock, prores=True),
+           "Sun et al. 2025 (LayerNorm Scaling)", LNSBlock, prores=True, per_layer=True, learned_scales=True),
     Design("admin", "x = N(w*x + F(x)), w per channel, init sqrt((S+1)/ln(S+1) - 1), S = 2L",
-           "Liu et al. 2020 (Admin)", AdminBlock, final_norm=False),
+           "Liu et al. 2020 (Admin)", AdminBlock, final_norm=False, per_layer=True),
     Design("b2t", "y = N1(x + A(x)); out = N2(y + M(y) + x)",
-           "Takase et al. 2023 (B2T connection)", B2TBlock, final_norm=False, partial_residual=False),
+           "Takase et al. 2023 (B2T connection)", B2TBlock, final_norm=False, partial_residual=False,
+           per_layer=True),
     Design("rezero", "x = x + g*F(x), no norm, g per layer, g = 0 at init",
            "Bachlechner et al. 2020 (ReZero)", ReZeroBlock, final_norm=False, norms=("none",),
-           defaults={"norm": "none"}),
+           defaults={"norm": "none"}, per_layer=True),
     Design("resi-dual", "f = F(xa); xd = xd + s*f; xa = N(xa + f); head reads xa + N(xd)",
            "Xie et al. 2023 (ResiDual)", ResiDualBlock, stream="dual", final_norm=False,
            partial_residual=False),
@@ -80,11 +86,24 @@ _DESIGNS = [
                      "shaped_attention": True, "vp_identity": True}),
 ]
 
+# ---- Zoo II (issue 9): learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
+
+# ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
+
+# ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
+
 DESIGNS: dict[str, Design] = {d.name: d for d in _DESIGNS}
 
 # Defaults every design shares, for fields no design overrides.
 _COMMON_DEFAULTS = {"norm": "layernorm", "init": "gpt2", "attn_res": True, "ffn_res": True,
-                    "embed_norm": False, "shaped_attention": False, "vp_identity": False}
+                    "embed_norm": False, "shaped_attention": False, "vp_identity": False,
+                    "branch_scale": "none"}
+
+
+def cait_layerscale_init(n_layer: int) -> float:
+    """LayerScale's initial lambda by depth (Touvron et al. 2021, CaiT): 0.1 up to 18 layers,
+    1e-5 up to 24, 1e-6 beyond."""
+    return 0.1 if n_layer <= 18 else 1e-5 if n_layer <= 24 else 1e-6
 
 
 def get_design(name: str) -> Design:
@@ -135,7 +154,86 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     if cfg.init == "t-fixup" and cfg.norm != "none":
         errors.append(f"model.init: 't-fixup' replaces normalisation; it needs norm = 'none', "
                       f"got {cfg.norm!r}")
+    return errors + _zoo2_refusals(cfg, d, given) + _layer_design_refusals(cfg, d)
+
+
+def _names(flag: str) -> str:
+    return ", ".join(n for n, x in DESIGNS.items() if getattr(x, flag))
+
+
+def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
+    """Zoo II options (issue 9) that mean nothing for design d."""
+    errors = []
+    if not d.learned_scales:
+        for flag in ("skip_scale", "branch_scale"):
+            if getattr(given, flag) not in (None, "none") and getattr(given, flag) != d.defaults.get(flag):
+                errors.append(f"model.{flag}: learned skip / branch scales apply to {_names('learned_scales')}; "
+                              f"not {d.name}")
+    if not d.attention_carry:
+        for flag in ("value_residual", "residual_attention"):
+            if getattr(cfg, flag):
+                errors.append(f"model.{flag}: applies to {_names('attention_carry')}; not {d.name}")
+    if given.branch_scale_init not in (None, 1.0) and cfg.branch_scale == "none":  # 1.0: already resolved
+        errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
+    if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
+        errors.append(f"model.dyt_alpha: only norm = 'dyt' has alpha; got norm = {cfg.norm!r}")
+    if d.name != "gated" and cfg.gate_bias != ModelConfig.gate_bias:
+        errors.append(f"model.gate_bias: only gated (GTrXL) has a gate; not {d.name}")
+    if cfg.value_residual_init != ModelConfig.value_residual_init and not cfg.value_residual:
+        errors.append("model.value_residual_init: needs value_residual = true")
+    if d.name != "hyper-connections":
+        for flag in ("hyper_streams", "hyper_mixing", "hyper_dynamic", "sinkhorn_iters"):
+            if getattr(cfg, flag) != getattr(ModelConfig, flag):
+                errors.append(f"model.{flag}: only hyper-connections has parallel streams; not {d.name}")
+    elif cfg.sinkhorn_iters != ModelConfig.sinkhorn_iters and cfg.hyper_mixing != "sinkhorn":
+        errors.append("model.sinkhorn_iters: needs hyper_mixing = 'sinkhorn'")
+    if d.name != "ngpt" and cfg.ngpt_alpha_init != ModelConfig.ngpt_alpha_init:
+        errors.append(f"model.ngpt_alpha_init: only ngpt has eigen learning rates; not {d.name}")
     return errors
+
+
+def parse_layer_designs(cfg: ModelConfig) -> tuple[dict[int, str], list[str]]:
+    """layer_designs {"1-3": "post-ln", "12": "sandwich-ln"} -> ({1: "post-ln", ..., 12: ...}, errors)."""
+    layers, errors = {}, []
+    for key, name in cfg.layer_designs.items():
+        where = f"model.layer_designs.{key}"
+        lo, sep, hi = key.partition("-")
+        if not (lo.strip().isdigit() and (not sep or hi.strip().isdigit())):
+            errors.append(f"{where}: a layer or range of layers counted from 1 ('3' or '1-4'), got {key!r}")
+            continue
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if not 1 <= first <= last <= cfg.n_layer:
+            errors.append(f"{where}: layers must lie in 1..n_layer={cfg.n_layer} with first <= last")
+            continue
+        if name not in DESIGNS or not DESIGNS[name].per_layer:
+            errors.append(f"{where}: {name!r} cannot be chosen per layer; choose one of {_names('per_layer')}")
+            continue
+        for layer in range(first, last + 1):
+            if layer in layers:
+                errors.append(f"{where}: layer {layer} is already given a design by another key")
+                break
+            layers[layer] = name
+    return layers, errors
+
+
+def _layer_design_refusals(cfg: ModelConfig, d: Design) -> list[str]:
+    if not cfg.layer_designs:
+        return []
+    if d.stream != "single" or d.name in ("mix-ln", "sas", "sas-p", "ngpt"):
+        return [f"model.layer_designs: per-layer designs need a single-stream base design with "
+                f"standard blocks; {d.name} has its own layer structure"]
+    layers, errors = parse_layer_designs(cfg)
+    for layer, name in layers.items():
+        if cfg.prores != "none" and not DESIGNS[name].prores:
+            errors.append(f"model.layer_designs: layer {layer} is {name}, which does not compose with prores")
+            break
+    return errors
+
+
+def layer_design(cfg: ModelConfig, layer: int) -> Design:
+    """The design of layer `layer` (from 1): the per-layer override, else the model's design."""
+    name = parse_layer_designs(cfg)[0].get(layer, cfg.design) if cfg.layer_designs else cfg.design
+    return DESIGNS[name]
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
@@ -150,6 +248,8 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
         if getattr(cfg, f.name) is None:
             if f.name == "mix_ln_post_layers":
                 filled[f.name] = math.ceil(cfg.n_layer / 4) if d.name == "mix-ln" else None
+            elif f.name == "branch_scale_init":
+                filled[f.name] = cait_layerscale_init(cfg.n_layer) if d.name == "layerscale" else 1.0
             else:
                 filled[f.name] = d.defaults.get(f.name, _COMMON_DEFAULTS.get(f.name))
     resolved = dataclasses.replace(cfg, **filled)

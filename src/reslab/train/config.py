@@ -109,6 +109,9 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
     if t.parallel == "fsdp" and cfg.diagnostics.enabled:
         errors.append("diagnostics.enabled: diagnostics read whole parameters and gradients, which FSDP "
                       "shards; use train.parallel = 'ddp' for a run with diagnostics")
+    if t.parallel == "fsdp" and cfg.model.design == "ngpt":
+        errors.append("train.parallel: nGPT re-normalises whole weight rows after every step, which FSDP "
+                      "shards; use train.parallel = 'ddp'")
     if not o.lr > 0:
         errors.append(f"optim.lr: must be positive, got {o.lr}")
     if not 0 <= o.min_lr <= o.lr:

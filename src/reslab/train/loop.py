@@ -297,6 +297,7 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
+            raw_model.after_optimizer_step()  # nGPT: weights back onto the unit sphere; else nothing
             last_train_loss = train_loss
             if diag_row is not None:
                 diag_row.update(diag.update_ratios())

@@ -425,6 +425,8 @@ def _loop(members: list[Member], stacked: dict, optimizer, losses: StackedLoss, 
                         m.diag_file.log(m.diag_row)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            for m in members:
+                m.view.after_optimizer_step()  # nGPT: each seed's weights back onto the unit sphere
 
             done = step + 1
             window_tokens += tokens_per_step
