@@ -92,5 +92,5 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
         if cfg.gain_mode == "init" and cfg.branch_gain != 1.0:
             for proj in block.branch_outputs():
                 proj.weight.mul_(cfg.branch_gain)
-                if proj.bias is not None:
+                if getattr(proj, "bias", None) is not None:  # RMSNorm (an output norm) has no bias
                     proj.bias.mul_(cfg.branch_gain)
