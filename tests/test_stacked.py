@@ -17,8 +17,14 @@ from reslab.model.gpt import GPT
 from reslab.model.registry import DESIGNS
 from reslab.train import stacked as stacked_mod
 from reslab.train.loop import train
-from reslab.train.stacked import (StackedLoss, clip_per_seed, member_view, stack_key, stack_parameters,
-                                  train_stacked)
+from reslab.train.stacked import (
+    StackedLoss,
+    clip_per_seed,
+    member_view,
+    stack_key,
+    stack_parameters,
+    train_stacked,
+)
 
 from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
 

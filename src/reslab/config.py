@@ -32,11 +32,11 @@ class ModelConfig(Typed):
     n_embd: int = 384
     block_size: int = 256             # longest context the model accepts
     dropout: float = 0.0              # attention-probability and branch-output dropout
-    bias: bool = True                 # biases in Linear layers and LayerNorm
+    bias: Optional[bool] = None       # biases in Linear layers and LayerNorm (design default: true; ngpt: false)
     tie_weights: bool = True          # head shares the token-embedding matrix
     pos: Positions = "learned"        # learned absolute positions, rotary (RoPE), or none
     rope_base: float = 10000.0
-    mlp: MLPKind = "gelu"
+    mlp: Optional[MLPKind] = None     # design default: gelu (ngpt: swiglu)
     mlp_ratio: float = 4.0            # hidden width / n_embd (SwiGLU: 2/3 of it, rounded to 8)
     norm: Optional[Norm] = None       # design default: layernorm (rezero: none)
     norm_eps: float = 1e-5

@@ -74,6 +74,11 @@ def gpt2_incompatibilities(cfg: ModelConfig) -> list[str]:
     need("shaped_attention", not cfg.shaped_attention, "false")
     need("vp_identity", not cfg.vp_identity, "false")
     need("norm_free", not cfg.norm_free, "false")
+    need("skip_scale", cfg.skip_scale == "none", "'none' (GPT-2 has no learned skip scale)")
+    need("branch_scale", cfg.branch_scale == "none", "'none' (GPT-2 has no learned branch scale)")
+    need("value_residual", not cfg.value_residual, "false")
+    need("residual_attention", not cfg.residual_attention, "false")
+    need("layer_designs", not cfg.layer_designs, "empty (every layer pre-ln)")
     if cfg.gain_mode == "runtime" and cfg.branch_gain != 1.0:
         problems.append(f"model.branch_gain is {cfg.branch_gain!r} with gain_mode 'runtime'; Hugging Face "
                         "GPT-2 needs 1 (gain_mode 'init' is baked into the weights and exports)")

@@ -31,6 +31,9 @@ def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) == 1:  # Optional[T]: T's own message (TOML cannot write null anyway)
+            return _check_value(arms[0], value, path, errors)
         for arg in args:
             if arg is type(None):
                 continue

@@ -25,6 +25,10 @@ indices count from 0, "embed" is the embedding / the stream before block0 — se
                                  leaving block i
     hidden_stream                "x" (single stream) or "xa" (ResiDual: every hidden_*, adjacent_*,
                                  cos_sim.* key measures xa; hidden_norm_xd.* gives ||xd|| as well)
+                                 or "mean" (hyper-connections: the stream is (B, T, n, C), and every
+                                 hidden_*, adjacent_*, cos_sim.* key measures (1/n) sum_i H_i: the
+                                 head reads N_final(sum_i H_i) = N_final(that mean), N_final's eps
+                                 being scaled by n^2; on pre-ln's scale, and equal to pre-ln's x at init)
     growth_ratio                 hidden_norm.block{L-1} / hidden_norm.embed
     adjacent_change.block{i}     mean_t ||N(out_i) - N(in_i)||, N = parameter-free LayerNorm
     cos_sim.embed, cos_sim.block{i}   mean pairwise cosine similarity of tokens (rank collapse)
@@ -115,9 +119,12 @@ class Diagnostics:
         row.update(_prefixed("param_norm", stats.grouped_norms(params_by_name, self.groups)))
 
         dual = isinstance(stream_in[0], tuple)
-        row["hidden_stream"] = "xa" if dual else "x"
+        hyper = getattr(getattr(model, "design", None), "stream", None) == "hyper"
+        row["hidden_stream"] = "xa" if dual else "mean" if hyper else "x"
         states = [stream_in[0]] + outs                  # states[0] = embed, states[i+1] = block i out
         main = [s[0] if dual else s for s in states]
+        if hyper:                                       # (B, T, n, C) -> the streams' mean, what the head reads
+            main = [s.mean(dim=-2) for s in main]
         names = ["embed"] + [f"block{i}" for i in range(len(blocks))]
         norms = [stats.hidden_norm(s) for s in main]
         for name, n, s in zip(names, norms, main):
@@ -132,7 +139,8 @@ class Diagnostics:
 
         for i, block in enumerate(blocks):
             if i in attn_in:
-                ent = stats.attention_entropy(stats.attention_probs(block.attn, attn_in[i]))
+                x_in, prev_scores = attn_in[i]
+                ent = stats.attention_entropy(stats.attention_probs(block.attn, x_in, prev_scores))
                 for h, e in enumerate(ent):
                     row[f"attn_entropy.block{i}.head{h}"] = e
                 row[f"attn_entropy.block{i}"] = sum(ent) / len(ent)
@@ -177,10 +185,13 @@ class Diagnostics:
 
 
 def _keeper(store: dict, i: int):
-    """A forward pre-hook that keeps the module's first input (and returns None: a pre-hook that
-    returns a value would replace the input, cutting the gradient)."""
+    """A forward pre-hook that keeps the attention's input and, with residual attention, the
+    previous layer's scores S_{l-1} from the AttentionCarry the blocks pass as second argument
+    (None otherwise). It returns None: a pre-hook that returns a value would replace the input,
+    cutting the gradient."""
     def hook(module, args):
-        store.setdefault(i, args[0].detach())
+        prev = getattr(args[1], "scores", None) if len(args) > 1 else None
+        store.setdefault(i, (args[0].detach(), None if prev is None else prev.detach()))
     return hook
 
 

@@ -19,7 +19,11 @@ Formulas (x is a (B, T, C) hidden state, x_bt its token vectors):
                           (1.0 = every token has the same direction: rank collapse)
     attention entropy     per head h: H_bht = -sum_s P_bhts log P_bhts over the keys s <= t of the
                           causal SOFTMAX P (for shaped attention the softmax part only, before the
-                          beta*P + alpha*I - gamma*C mix); mean over b and query positions t (nats)
+                          beta*P + alpha*I - gamma*C mix); mean over b and query positions t (nats).
+                          With residual_attention (RealFormer) P is the softmax of the ACCUMULATED
+                          scores S_l = QK^T/sqrt(d) + S_{l-1}, the matrix the layer really applies;
+                          with value_residual (ResFormer) P is unchanged, but in layers l > 1 it
+                          mixes lambda1 V_l + lambda2 V_1 rather than V_l
     spike score           see spike_score()
 """
 
@@ -33,7 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-NORM_TYPES = (nn.LayerNorm, nn.RMSNorm)
+from ..model.norms import DyT
+
+NORM_TYPES = (nn.LayerNorm, nn.RMSNorm, DyT)
 
 
 # ---- parameter groups ----------------------------------------------------------------------------
@@ -46,8 +52,9 @@ def parameter_groups(model: nn.Module) -> dict[str, list[str]]:
         block{i}         every parameter of block i (0-based)
         block{i}.attn    its attention  (W_QKV, W_P, shaped attention's alpha/beta/gamma)
         block{i}.mlp     its MLP
-        block{i}.norms   its LayerNorm / RMSNorm parameters
-        block{i}.scalars everything else in the block: ReZero g, Admin w1/w2, SAS g_attn/a_ff/b_ff
+        block{i}.norms   its LayerNorm / RMSNorm / DyT parameters (DyT: alpha, gamma, beta)
+        block{i}.scalars everything else in the block: ReZero g, Admin w1/w2, SAS g_attn/a_ff/b_ff,
+                         the residual points' learned skip / branch scales (skip_weight, branch_weight)
         final_norm       stream.final_norm.*
         head             lm_head.weight, only when it is not tied to wte
         total            every parameter
@@ -150,13 +157,17 @@ def mean_pairwise_cosine(x: torch.Tensor, eps: float = 1e-8) -> float:
 
 # ---- attention -------------------------------------------------------------------------------------
 @torch.no_grad()
-def attention_probs(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def attention_probs(attn: nn.Module, x: torch.Tensor,
+                    prev_scores: torch.Tensor | None = None) -> torch.Tensor:
     """The causal softmax P (B, H, T, T) of a CausalSelfAttention on input x (the softmax part
-    only, also for shaped attention)."""
+    only, also for shaped attention). prev_scores: the previous layer's pre-softmax scores
+    S_{l-1} with residual_attention (RealFormer), added before the softmax; None = none."""
     q, k, _ = attn.qkv(x)
     q, k = q.float(), k.float()
     T = x.shape[1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if prev_scores is not None:
+        scores = scores + prev_scores.float()
     mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 

@@ -1,4 +1,5 @@
-"""Causal self-attention: standard, shaped (SAS), and with identity value / projection.
+"""Causal self-attention: standard, shaped (SAS), identity value / projection, and two carries
+from layer to layer (ResFormer's value residual, RealFormer's residual attention).
 
 Standard (per head):   A(x) = softmax(Q K^T / sqrt(d) + causal mask) V,  then W_P
 Shaped attention:      A = beta * softmax(...) + alpha * I - gamma * C,  C_ij = 1/i for j <= i
@@ -8,6 +9,29 @@ Shaped attention:      A = beta * softmax(...) + alpha * I - gamma * C,  C_ij = 
 Value / projection:    "linear" (W_V), "identity" (V = x, no parameters) or "identity+linear"
                        (V = (I + W_V) x with W_V = 0 at init: SAS's first layer). With vp identity
                        the output projection W_P is the identity too.
+
+Value residual (Zhou et al. 2024, "Value Residual Learning For Alleviating Attention Concentration
+in Transformers", ResFormer), per head, V_l of shape (B, H, T, d):
+    layer 1:     V_1 is used as usual and kept in carry.first_values
+    layer l > 1: V_l' = lambda1_l * V_l + lambda2_l * V_1       used in place of V_l
+                 lambda1_l, lambda2_l: two learned scalars of layer l, both value_residual_init (0.5)
+    The lambdas scale VALUES inside the attention, neither the skip nor the branch output of the
+    residual stream. Gradients reach layer 1's W_V through every later layer (V_1 is not detached).
+
+Residual attention (He et al. 2020, "RealFormer: Transformer Likes Residual Attention"), per head:
+    S_l = Q_l K_l^T / sqrt(d) + S_{l-1}       (S_0 = 0; S_l kept unmasked in carry.scores)
+    P_l = softmax(causal_mask(S_l))           (the mask is applied anew in every layer)
+    A_l = P_l V_l                             (V_l' with the value residual)
+    SDPA cannot return scores, so with residual attention the attention is computed explicitly
+    (a T x T matrix per head); without it the fused SDPA path (flash on GPUs) is used unchanged.
+
+    Neither option scales the skip or the branch output: both act inside the attention.
+
+            layer 1               layer 2                        layer 3
+    scores  S1 = Q1K1/sqrt(d) ──> S2 = Q2K2/sqrt(d) + S1 ──────> S3 = Q3K3/sqrt(d) + S2    (RealFormer)
+    values  V1 ──────┬──────────> V2' = l1 V2 + l2 V1            V3' = l1 V3 + l2 V1       (ResFormer)
+                     └───────────────────────────────────────────────────^
+    Accumulated scores are kept in float32 (float64 stays float64) even under bf16 autocast.
 """
 
 from __future__ import annotations
@@ -52,13 +76,27 @@ class AttentionCarry:
     scores: torch.Tensor | None = None
 
 
+VALUE_RESIDUAL_ROLES = ("off", "first", "mix")
+
+
 class CausalSelfAttention(nn.Module):
+    """value_residual: "off"; "first" (layer 1: keeps V_1 in the carry); "mix" (layer > 1:
+    V' = lambda1 V + lambda2 V_1). residual_attention: add the previous layer's scores (RealFormer).
+    Both read and write the AttentionCarry that GPT.forward passes through the layers."""
+
     def __init__(self, n_embd: int, n_head: int, *, bias: bool = True, dropout: float = 0.0,
-                 shaped: bool = False, value: str = "linear", rope_base: float | None = None):
+                 shaped: bool = False, value: str = "linear", rope_base: float | None = None,
+                 value_residual: str = "off", value_residual_init: float = 0.5,
+                 residual_attention: bool = False):
         super().__init__()
         assert value in ("linear", "identity", "identity+linear")
+        assert value_residual in VALUE_RESIDUAL_ROLES
+        # the registry refuses these combinations; the asserts guard direct construction
+        assert not (shaped and (residual_attention or value_residual != "off"))
         self.n_head, self.n_embd = n_head, n_embd
         self.shaped, self.value, self.rope_base = shaped, value, rope_base
+        self.value_residual, self.value_residual_init = value_residual, value_residual_init
+        self.residual_attention = residual_attention
         self.attn_dropout = dropout
         if value == "linear":
             self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)     # [W_Q; W_K; W_V]
@@ -73,12 +111,20 @@ class CausalSelfAttention(nn.Module):
             self.shape_alpha = nn.Parameter(torch.ones(n_head, 1, 1))
             self.shape_beta = nn.Parameter(torch.ones(n_head, 1, 1))
             self.shape_gamma = nn.Parameter(torch.ones(n_head, 1, 1))
+        if value_residual == "mix":
+            # ResFormer's lambda1 (this layer's values) and lambda2 (layer 1's values): 0-dim scalars
+            self.value_lambda1 = nn.Parameter(torch.empty(()))
+            self.value_lambda2 = nn.Parameter(torch.empty(()))
         self.resid_dropout = nn.Dropout(dropout)
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         if self.shaped:
             for p in (self.shape_alpha, self.shape_beta, self.shape_gamma):
                 nn.init.ones_(p)
+        if self.value_residual == "mix":
+            nn.init.constant_(self.value_lambda1, self.value_residual_init)
+            nn.init.constant_(self.value_lambda2, self.value_residual_init)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, C = t.shape
@@ -96,23 +142,71 @@ class CausalSelfAttention(nn.Module):
             q, k = rotate_rope(q, self.rope_base), rotate_rope(k, self.rope_base)
         return q, k, v
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def scores(self, q: torch.Tensor, k: torch.Tensor,
+               prev_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """Unmasked pre-softmax scores Q K^T / sqrt(d) (+ S_{l-1}), (B, H, T, T). Low-precision
+        inputs are accumulated in float32: RealFormer sums the scores over every layer."""
+        acc = torch.promote_types(q.dtype, torch.float32)      # float64 stays float64
+        s = (q @ k.transpose(-2, -1)).to(acc) * (1.0 / math.sqrt(q.shape[-1]))
+        return s if prev_scores is None else s + prev_scores
+
+    @staticmethod
+    def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+        """softmax over keys s <= t (future keys get -inf; the diagonal is never masked, so no NaN)."""
+        T = scores.shape[-1]
+        future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+        return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+
+    def _mix_values(self, v: torch.Tensor, carry: AttentionCarry | None) -> torch.Tensor:
+        """ResFormer: keep V_1 (layer 1), or V' = lambda1 * V + lambda2 * V_1 (layers > 1)."""
+        if self.value_residual == "off":
+            return v
+        if carry is None:
+            raise ValueError("value_residual needs the AttentionCarry of this forward (GPT.forward "
+                             "passes one to every block)")
+        if self.value_residual == "first":
+            carry.first_values = v
+            return v
+        if carry.first_values is None:
+            raise ValueError("value_residual: no first-layer values in the carry; layer 1 must run first")
+        return self.value_lambda1 * v + self.value_lambda2 * carry.first_values
+
+    def _residual_attention(self, q, k, v, carry: AttentionCarry | None) -> torch.Tensor:
+        """RealFormer: S_l = QK^T/sqrt(d) + S_{l-1}, P_l = softmax(mask(S_l)), dropout on P, P V."""
+        if carry is None:
+            raise ValueError("residual_attention needs the AttentionCarry of this forward (GPT.forward "
+                             "passes one to every block)")
+        s = self.scores(q, k, carry.scores)                      # carry.scores is None in layer 1
+        carry.scores = s                                         # rebound, never written in place
+        probs = F.dropout(self.causal_softmax(s), p=self.attn_dropout, training=self.training)
+        return probs.to(v.dtype) @ v
+
+    def forward(self, x: torch.Tensor, carry: AttentionCarry | None = None) -> torch.Tensor:
+        """carry: this forward's AttentionCarry, needed (and updated) when value_residual or
+        residual_attention is on; ignored otherwise."""
         q, k, v = self.qkv(x)
-        p = self.attn_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        v = self._mix_values(v, carry)
+        if self.residual_attention:
+            y = self._residual_attention(q, k, v, carry)
+        else:
+            p = self.attn_dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if self.shaped:
             y = self.shape_beta * y + self.shape_alpha * v - self.shape_gamma * causal_running_mean(v)
         y = y.transpose(1, 2).reshape(x.shape)
         return self.resid_dropout(self.c_proj(y))
 
     @torch.no_grad()
-    def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
-        """The (B, H, T, T) matrix that mixes values, built explicitly (for tests and diagnostics)."""
+    def attention_matrix(self, x: torch.Tensor, prev_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """The (B, H, T, T) matrix that mixes values, built explicitly (for tests and diagnostics).
+
+        Residual attention: called alone, this module cannot know the previous layer's scores;
+        pass prev_scores = S_{l-1} (carry.scores as it was before this layer ran), else S_0 = 0 is
+        assumed, which is exact for layer 1 only. Value residual: the matrix is unchanged, but in
+        layers l > 1 it mixes V_l' = lambda1 V_l + lambda2 V_1, not V_l."""
         q, k, _ = self.qkv(x)
         T = x.shape[1]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        probs = self.causal_softmax(self.scores(q, k, prev_scores)).to(x.dtype)
         if not self.shaped:
             return probs
         eye = torch.eye(T, device=x.device, dtype=x.dtype)

@@ -17,6 +17,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from .attention import AttentionCarry
+from .blocks.hyper import HyperStream
+from .blocks.ngpt import NGPTStream, unit_rows_
 from .init import init_weights
 from .norms import make_norm
 from .prores import prores_alpha
@@ -29,10 +31,10 @@ class SingleStream(nn.Module):
     def __init__(self, cfg: ModelConfig, final_norm: bool):
         super().__init__()
         self.embed_norm = make_norm(cfg.norm if cfg.embed_norm else "none", cfg.n_embd,
-                                    bias=cfg.bias, eps=cfg.norm_eps)
+                                    bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
         norm_free = cfg.norm_free  # sas / sas-p without norms keep only the first layer's
         self.final_norm = make_norm(cfg.norm if final_norm and not norm_free else "none", cfg.n_embd,
-                                    bias=cfg.bias, eps=cfg.norm_eps)
+                                    bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
 
     def enter(self, emb: torch.Tensor) -> torch.Tensor:
         return self.embed_norm(emb)
@@ -50,7 +52,8 @@ class DualStream(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.s = cfg.resi_dual_scale
-        self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.s ** 2)
+        self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.s ** 2,
+                                    alpha=cfg.dyt_alpha)
 
     def enter(self, emb: torch.Tensor):
         return emb, self.s * emb
@@ -62,7 +65,9 @@ class DualStream(nn.Module):
 
 # Design.stream -> the module that turns the embedding into the blocks' stream and back.
 STREAMS = {"single": lambda cfg, design: SingleStream(cfg, design.final_norm),
-           "dual": lambda cfg, design: DualStream(cfg)}
+           "ngpt": lambda cfg, design: NGPTStream(cfg),
+           "dual": lambda cfg, design: DualStream(cfg),
+           "hyper": lambda cfg, design: HyperStream(cfg)}
 
 
 class GPT(nn.Module):
@@ -109,6 +114,10 @@ class GPT(nn.Module):
         for m in self.modules():
             if m is not self and hasattr(m, "after_optimizer_step"):
                 m.after_optimizer_step()
+        if self.design.stream == "ngpt":  # nGPT: token-embedding rows (and an untied head's) on the sphere
+            unit_rows_(self.wte.weight)
+            if not self.config.tie_weights:
+                unit_rows_(self.lm_head.weight)
 
     def prores_alphas(self) -> list[float]:
         """alpha of every layer at the current step (all 1.0 without ProRes)."""
@@ -137,6 +146,8 @@ class GPT(nn.Module):
             for block in self.blocks:
                 h = block(h)
         logits = self.lm_head(self.stream.exit(h))
+        if hasattr(self.stream, "scale_logits"):  # nGPT: z = s_z * (E h), s_z per vocabulary entry
+            logits = self.stream.scale_logits(logits)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)

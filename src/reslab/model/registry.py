@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import ModelConfig, check_shapes, raise_if
+from .blocks.gated import GatedBlock
+from .blocks.hyper import HyperBlock
+from .blocks.ngpt import NGPTBlock
 from .blocks.post_norm import AdminBlock, B2TBlock, DeepNormBlock, PostLNBlock
 from .blocks.pre_norm import LNSBlock, PreLNBlock, SandwichBlock
 from .blocks.resi_dual import ResiDualBlock
 from .blocks.rezero import ReZeroBlock
+from .blocks.scaled import LayerScaleBlock, ReorderedLNBlock
 from .blocks.simplified import SASBlock, SASPBlock
 
 NORMED = ("layernorm", "rmsnorm", "dyt")
@@ -87,17 +91,46 @@ _DESIGNS = [
 ]
 
 # ---- Zoo II (issue 9): learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
+_DESIGNS += [
+    Design("reordered-ln", "x = x + N1(A(x)); x = x + N2(M(x)); norm on the branch output only; final N",
+           "Team OLMo 2024 (2 OLMo 2 Furious)", ReorderedLNBlock, prores=True, per_layer=True,
+           learned_scales=True),
+    # ALL_NORMS as pre-ln: with norm = "none" it is a norm-free pre-ln whose per-channel branch
+    # scales start small (SkipInit / ReZero with a vector), a meaningful ablation of LayerScale.
+    Design("layerscale", "x = x + diag(l1) A(N1(x)); x = x + diag(l2) M(N2(x)), l per channel, "
+           "init eps (0.1 to 18 layers, 1e-5 to 24, 1e-6 beyond)",
+           "Touvron et al. 2021 (CaiT, Going deeper with Image Transformers)", LayerScaleBlock,
+           norms=ALL_NORMS, defaults={"branch_scale": "channel"}, prores=True, per_layer=True,
+           learned_scales=True),
+    Design("gated", "y = ReLU(F(N(x))); r = sig(W_r y + U_r x); z = sig(W_z y + U_z x - b_g); "
+           "h = tanh(W_g y + U_g(r*x)); x = (1-z)*x + z*h; final N",
+           "Parisotto et al. 2020 (GTrXL)", GatedBlock, partial_residual=False, per_layer=True),
+]
 
 # ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
+_DESIGNS += [
+    Design("hyper-connections", "n streams H_i = emb; per sublayer k: h = sum_i A_m[i] H_i; y = F(N(h)); "
+           "H'_j = sum_i A_r[i,j] H_i + B[j] y; head reads N(sum_i H_i); init A_m = e_(k mod n), A_r = I, "
+           "B = 1 (pre-ln); hyper_dynamic: + s*tanh(N(H) W); sinkhorn: A_r = SinkhornKnopp(R), "
+           "read sigmoid, write 2*sigmoid (mHC)",
+           "Zhu et al. 2024 (Hyper-Connections, ICLR 2025); Xie et al. 2025 (mHC: Manifold-Constrained "
+           "Hyper-Connections)", HyperBlock, stream="hyper", partial_residual=False),
+]
 
 # ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
+_DESIGNS += [
+    Design("ngpt", "h = Norm(h + alpha_A*(Norm(A(h)) - h)); h = Norm(h + alpha_M*(Norm(M(h)) - h)); "
+           "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
+           "Loshchilov et al. 2024 (nGPT)", NGPTBlock, stream="ngpt", final_norm=False, norms=("none",),
+           defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False),
+]
 
 DESIGNS: dict[str, Design] = {d.name: d for d in _DESIGNS}
 
 # Defaults every design shares, for fields no design overrides.
 _COMMON_DEFAULTS = {"norm": "layernorm", "init": "gpt2", "attn_res": True, "ffn_res": True,
                     "embed_norm": False, "shaped_attention": False, "vp_identity": False,
-                    "branch_scale": "none"}
+                    "branch_scale": "none", "bias": True, "mlp": "gelu"}
 
 
 def cait_layerscale_init(n_layer: int) -> float:
@@ -143,6 +176,9 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     if d.name == "mix-ln" and not 0 <= cfg.mix_ln_post_layers <= cfg.n_layer:
         errors.append(f"model.mix_ln_post_layers: must be in 0..n_layer={cfg.n_layer}, "
                       f"got {cfg.mix_ln_post_layers}")
+    if given.embed_norm and d.stream == "dual":
+        errors.append(f"model.embed_norm: {d.name} feeds the embedding to both streams unnormalised; "
+                      "it has no embedding norm")
     if cfg.embed_norm and cfg.norm == "none":
         errors.append("model.embed_norm: there is no norm to apply (norm = 'none')")
     if cfg.gain_mode == "init" and cfg.vp_identity:
@@ -173,11 +209,34 @@ def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]
         for flag in ("value_residual", "residual_attention"):
             if getattr(cfg, flag):
                 errors.append(f"model.{flag}: applies to {_names('attention_carry')}; not {d.name}")
+    else:  # pre-ln also takes vp_identity / shaped_attention, which these options cannot use
+        if cfg.value_residual and cfg.vp_identity:
+            errors.append("model.value_residual: mixes the first layer's W_V values into later layers; "
+                          "with vp_identity the values are fixed to x (set one of them to false)")
+        for flag in ("value_residual", "residual_attention"):
+            if getattr(cfg, flag) and cfg.shaped_attention:
+                errors.append(f"model.{flag}: does not compose with shaped_attention "
+                              f"(beta*softmax + alpha*I - gamma*C); set one of them to false")
+    if d.name == "layerscale" and cfg.branch_scale != "channel":
+        errors.append(f"model.branch_scale: layerscale is a per-channel branch scale diag(lambda); it needs "
+                      f"'channel', got {cfg.branch_scale!r} (for a scalar one use pre-ln with branch_scale = 'scalar')")
+    if cfg.skip_scale != "none" and cfg.attn_res is False and cfg.ffn_res is False:
+        errors.append("model.skip_scale: there is no skip to scale (attn_res = ffn_res = false)")
+    if (cfg.skip_scale != "none" or cfg.branch_scale not in (None, "none")) and cfg.layer_designs:
+        for layer, name in sorted(parse_layer_designs(cfg)[0].items()):
+            if not DESIGNS[name].learned_scales:
+                errors.append(f"model.layer_designs: layer {layer} is {name}, which has no learned skip / branch "
+                              f"scales (skip_scale / branch_scale); choose one of {_names('learned_scales')}")
+                break
+    if cfg.norm == "dyt" and cfg.resi_dual_scale != 1.0:
+        errors.append("model.resi_dual_scale: s relies on N(s*z) = N(z), which DyT (not scale-invariant) "
+                      "breaks; use norm = 'layernorm' or 'rmsnorm', or s = 1")
     if given.branch_scale_init not in (None, 1.0) and cfg.branch_scale == "none":  # 1.0: already resolved
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
     if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
         errors.append(f"model.dyt_alpha: only norm = 'dyt' has alpha; got norm = {cfg.norm!r}")
-    if d.name != "gated" and cfg.gate_bias != ModelConfig.gate_bias:
+    if cfg.gate_bias != ModelConfig.gate_bias and d.name != "gated" \
+            and "gated" not in parse_layer_designs(cfg)[0].values():
         errors.append(f"model.gate_bias: only gated (GTrXL) has a gate; not {d.name}")
     if cfg.value_residual_init != ModelConfig.value_residual_init and not cfg.value_residual:
         errors.append("model.value_residual_init: needs value_residual = true")
@@ -187,8 +246,24 @@ def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]
                 errors.append(f"model.{flag}: only hyper-connections has parallel streams; not {d.name}")
     elif cfg.sinkhorn_iters != ModelConfig.sinkhorn_iters and cfg.hyper_mixing != "sinkhorn":
         errors.append("model.sinkhorn_iters: needs hyper_mixing = 'sinkhorn'")
+    elif cfg.hyper_mixing == "sinkhorn" and cfg.hyper_streams < 2:
+        errors.append("model.hyper_streams: hyper_mixing = 'sinkhorn' needs at least 2 streams (a 1 x 1 "
+                      "doubly stochastic matrix is the constant 1); use 'free' for n = 1")
     if d.name != "ngpt" and cfg.ngpt_alpha_init != ModelConfig.ngpt_alpha_init:
         errors.append(f"model.ngpt_alpha_init: only ngpt has eigen learning rates; not {d.name}")
+    if d.name == "ngpt":
+        if cfg.mlp != "swiglu":
+            errors.append(f"model.mlp: ngpt's MLP is always SwiGLU with its scalers s_u, s_v; "
+                          f"leave mlp unset or set 'swiglu', got {cfg.mlp!r}")
+        if cfg.bias:
+            errors.append("model.bias: ngpt has no biases (every weight row lives on the unit sphere); "
+                          "leave bias unset or set false")
+        if given.init not in (None, "gpt2"):
+            errors.append(f"model.init: ngpt puts every weight row on the unit sphere, so an init "
+                          f"scheme's scale has no meaning; leave init unset, got {given.init!r}")
+        if cfg.branch_gain != 1.0:
+            errors.append("model.branch_gain: ngpt normalises every branch output (Norm(F(h))), which "
+                          "cancels a gain; its eigen learning rates alpha_A, alpha_M set the step")
     return errors
 
 
@@ -223,6 +298,13 @@ def _layer_design_refusals(cfg: ModelConfig, d: Design) -> list[str]:
         return [f"model.layer_designs: per-layer designs need a single-stream base design with "
                 f"standard blocks; {d.name} has its own layer structure"]
     layers, errors = parse_layer_designs(cfg)
+    carried = [f for f in ("value_residual", "residual_attention") if getattr(cfg, f)]
+    for layer, name in sorted(layers.items()):
+        if carried and not DESIGNS[name].attention_carry:
+            errors.append(f"model.layer_designs: layer {layer} is {name}, which does not pass the attention "
+                          f"carry that {' and '.join(carried)} {'needs' if len(carried) == 1 else 'need'}; choose one of "
+                          f"{', '.join(n for n, x in DESIGNS.items() if x.per_layer and x.attention_carry)}")
+            break
     for layer, name in layers.items():
         if cfg.prores != "none" and not DESIGNS[name].prores:
             errors.append(f"model.layer_designs: layer {layer} is {name}, which does not compose with prores")

@@ -11,6 +11,9 @@ Per model:
 
 ResiDual carries two streams (xa, xd). The columns above use xa, the post-ln stream that the next
 sublayer reads; the *_dual columns measure xd, the plain pre-ln-like sum of branch outputs.
+Hyper-connections carry n streams, (B, T, n, C): the columns measure their mean (1/n) sum_i H_i,
+the (B, T, C) stream the head reads (N_final(sum_i H_i) with eps * n^2 is N_final of the mean);
+it is on pre-ln's scale and equals pre-ln's x at initialisation.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..diagnostics.stats import adjacent_change, group_norm, hidden_norm, mean_pairwise_cosine
+from ..diagnostics.stats import (
+    adjacent_change,
+    group_norm,
+    hidden_norm,
+    mean_pairwise_cosine,
+)
 
 
 def random_batch(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,6 +69,8 @@ def probe_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> d
     dual = isinstance(captured[0], tuple)
     with torch.no_grad():
         streams = [c[0] if dual else c for c in captured]
+        if getattr(getattr(model, "design", None), "stream", None) == "hyper":
+            streams = [s.mean(dim=-2) for s in streams]     # n streams -> their mean, what the head reads
         out = stream_stats([s.detach().float() for s in streams])
         if dual:
             out.update({f"{k}_dual": v for k, v in stream_stats([c[1].detach().float() for c in captured]).items()})

@@ -24,7 +24,6 @@ until the others finish.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shutil
@@ -43,8 +42,13 @@ from ..errors import ReslabError
 from ..model.gpt import GPT
 from ..model.io import load_weights
 from ..progress import Progress
-from .checkpoint import (complete_checkpoints, load_optimizer_tensors, read_checkpoint, save_best,
-                         save_checkpoint)
+from .checkpoint import (
+    complete_checkpoints,
+    load_optimizer_tensors,
+    read_checkpoint,
+    save_best,
+    save_checkpoint,
+)
 from .config import RunConfig
 from .determinism import derive_seed, rng_state, set_rng_state
 from .loop import RunResult, Runtime, _runtime, write_final_status

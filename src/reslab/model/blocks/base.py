@@ -42,9 +42,13 @@ def attention(cfg: ModelConfig, layer: int) -> CausalSelfAttention:
         value = "identity+linear" if layer == 1 else "identity"
     else:
         value = "linear"
+    # ResFormer: layer 1 keeps its values for the later layers, which mix them into their own
+    value_residual = ("first" if layer == 1 else "mix") if cfg.value_residual else "off"
     return CausalSelfAttention(
         cfg.n_embd, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout, shaped=bool(cfg.shaped_attention),
-        value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None)
+        value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None,
+        value_residual=value_residual, value_residual_init=cfg.value_residual_init,
+        residual_attention=cfg.residual_attention)
 
 
 def mlp(cfg: ModelConfig) -> MLP:
@@ -52,9 +56,15 @@ def mlp(cfg: ModelConfig) -> MLP:
 
 
 def norm(cfg: ModelConfig, kind: str | None = None) -> nn.Module:
-    return make_norm(kind or cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps)
+    return make_norm(kind or cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
 
 
-def residual(cfg: ModelConfig, skip: bool = True) -> Residual:
+def residual(cfg: ModelConfig, skip: bool = True, *, branch_scale: str | None = None,
+             branch_scale_init: float | None = None) -> Residual:
+    """out = s*x + a*(gain*alpha*branch): s, a learned per cfg.skip_scale / cfg.branch_scale (a block
+    whose formula fixes the branch scale, LayerScale, passes branch_scale / branch_scale_init)."""
     gain = cfg.branch_gain if cfg.gain_mode == "runtime" else 1.0
-    return Residual(skip=skip, gain=gain, prores=cfg.prores != "none")
+    return Residual(skip=skip, gain=gain, prores=cfg.prores != "none",
+                    skip_scale=cfg.skip_scale or "none", branch_scale=branch_scale or cfg.branch_scale or "none",
+                    branch_scale_init=next(v for v in (branch_scale_init, cfg.branch_scale_init, 1.0) if v is not None),
+                    dim=cfg.n_embd)

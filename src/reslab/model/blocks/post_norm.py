@@ -8,6 +8,9 @@
 
     post-ln:  x ──┬──(+)── N1 ──┬──(+)── N2 ──>
                   └─A──┘        └─M──┘
+
+post-ln takes the forward's AttentionCarry (`carry`), which its attention reads and updates for the
+value residual (ResFormer) and residual attention (RealFormer); see attention.py.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ class PostLNBlock(base.Block):
         self.attn, self.attn_residual, self.norm1 = base.attention(cfg, layer), base.residual(cfg, cfg.attn_res), base.norm(cfg)
         self.mlp, self.mlp_residual, self.norm2 = base.mlp(cfg), base.residual(cfg, cfg.ffn_res), base.norm(cfg)
 
-    def forward(self, x):
-        x = self.norm1(self.attn_residual(x, self.attn(x)))
+    def forward(self, x, carry=None):
+        x = self.norm1(self.attn_residual(x, self.attn(x, carry)))
         x = self.norm2(self.mlp_residual(x, self.mlp(x)))
         return x
 

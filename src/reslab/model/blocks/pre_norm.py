@@ -4,6 +4,9 @@
     lns          x = x + A(N1(x) / sqrt(l));    x = x + M(N2(x) / sqrt(l))
     sandwich-ln  x = x + N2(A(N1(x)));          x = x + N4(M(N3(x)))     (peri-ln: same block)
 
+pre-ln and sandwich-ln take the forward's AttentionCarry (`carry`), which their attention reads and
+updates for the value residual (ResFormer) and residual attention (RealFormer); see attention.py.
+
     pre-ln:  x ──┬──────────────────(+)──┬──────────────────(+)──>
                  └─ N1 ── A ──────────┘  └─ N2 ── M ──────────┘
 """
@@ -24,8 +27,8 @@ class PreLNBlock(base.Block):
         self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
         self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
 
-    def forward(self, x):
-        x = self.attn_residual(x, self.attn(self.norm1(x)))
+    def forward(self, x, carry=None):
+        x = self.attn_residual(x, self.attn(self.norm1(x), carry))
         x = self.mlp_residual(x, self.mlp(self.norm2(x)))
         return x
 
@@ -56,7 +59,7 @@ class SandwichBlock(base.Block):
         # N_out would undo a scaled W_P / W2, so an init-mode gain scales N_out's affine instead.
         return [self.attn_norm_out, self.mlp_norm_out]
 
-    def forward(self, x):
-        x = self.attn_residual(x, self.attn_norm_out(self.attn(self.attn_norm_in(x))))
+    def forward(self, x, carry=None):
+        x = self.attn_residual(x, self.attn_norm_out(self.attn(self.attn_norm_in(x), carry)))
         x = self.mlp_residual(x, self.mlp_norm_out(self.mlp(self.mlp_norm_in(x))))
         return x
