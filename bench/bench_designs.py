@@ -52,6 +52,13 @@ EXTRAS = {
     "sas-p (norm_free)": ("sas-p", {"norm_free": True}),
     "pre-ln + prores linear": ("pre-ln", {"prores": "linear"}),
     "pre-ln attn-only": ("pre-ln", {"ffn_res": False}),
+    # Zoo II options (issue 9)
+    "pre-ln + dyt": ("pre-ln", {"norm": "dyt"}),
+    "pre-ln + skip & branch scales": ("pre-ln", {"skip_scale": "channel", "branch_scale": "channel"}),
+    "pre-ln + value residual": ("pre-ln", {"value_residual": True}),
+    "pre-ln + residual attention": ("pre-ln", {"residual_attention": True}),
+    "hyper-connections (dynamic)": ("hyper-connections", {"hyper_dynamic": True}),
+    "hyper-connections (mHC)": ("hyper-connections", {"hyper_mixing": "sinkhorn", "hyper_dynamic": True}),
 }
 
 # Study 001's reference setup: RMSNorm, ReLU MLP, no biases.
@@ -99,8 +106,11 @@ class Row:
 
 def build_row(label: str, design: str, overrides: dict, base: dict, setup: Setup, lr: float) -> Row:
     row = Row(label, design, dict(overrides))
-    norm = setup.norm if setup.norm in get_design(design).norms else "none"  # rezero: no norm at all
-    kw = {**base, "norm": norm, "mlp": setup.mlp, "bias": setup.bias, **overrides}
+    d = get_design(design)
+    norm = setup.norm if setup.norm in d.norms else "none"  # rezero: no norm at all
+    kw = {**base, "norm": norm, "mlp": setup.mlp, "bias": setup.bias}
+    kw.update({k: d.defaults[k] for k in ("norm", "mlp", "bias") if k in d.defaults})  # ngpt: its own
+    kw.update(overrides)
     row.overrides = {k: v for k, v in kw.items() if k not in base}
     try:
         model = reslab.build_model(design, seed=0, **kw)
@@ -128,6 +138,7 @@ def train_step(row: Row, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float
     t1 = time.perf_counter()
     opt.step()
     opt.zero_grad(set_to_none=True)
+    model.after_optimizer_step()  # nGPT: weights back onto the sphere (a no-op for other designs)
     row.step += 1
     model.set_step(row.step)  # ProRes alphas, as a training loop would (a no-op without ProRes)
     t2 = time.perf_counter()

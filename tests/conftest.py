@@ -18,3 +18,72 @@ def small(design: str = "pre-ln", **kw) -> ModelConfig:
 
 def tokens(B: int = 2, T: int = 16, vocab: int = 65, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads only add contention on a shared CPU. Use per module with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def meta_built(cfg: ModelConfig, seed: int):
+    """`cfg` built on the meta device, materialised on the CPU and initialised from `seed` (eval mode):
+    equal to GPT(cfg, seed) exactly when every parameter and buffer is rewritten by init_weights."""
+    from reslab.model.gpt import GPT
+
+    with torch.device("meta"):
+        model = GPT(cfg, seed=seed)
+    model.to_empty(device="cpu")
+    model.init_weights(seed=seed)
+    return model.eval()
+
+
+def slow_vmap_ops(cfg: ModelConfig) -> tuple[set, dict]:
+    """Two seeds of `cfg` stacked and run forward and backward under vmap (reslab/train/stacked.py);
+    returns the ops that fell back to vmap's slow per-seed loop, and the stacked parameters."""
+    import warnings
+
+    from reslab.model.gpt import GPT
+    from reslab.train.stacked import StackedLoss, member_view, stack_parameters
+
+    models = [GPT(cfg, seed=s) for s in range(2)]
+    stacked = stack_parameters(models, torch.device("cpu"))
+    views = [member_view(m, stacked, k, torch.device("cpu")) for k, m in enumerate(models)]
+    x = torch.randint(0, cfg.vocab_size, (2, 3, cfg.block_size), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StackedLoss(views[0], compile=False).train_fn(stacked, x, x).sum().backward()
+    slow = {str(w.message).split("aten::")[-1].split(".")[0] for w in caught if "batching rule" in str(w.message)}
+    return slow, stacked
+
+
+CPU_ONLY_FALLBACK = {"_scaled_dot_product_flash_attention_for_cpu"}  # CUDA's attention kernels have rules
+
+
+class CountingBackend:
+    """A torch.compile backend that runs the traced graph as is and counts how often dynamo traced."""
+
+    def __init__(self):
+        self.compiles = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.compiles += 1
+        return graph_module.forward
+
+
+def bench_module(name: str):
+    """bench/<name>.py imported as a module (bench/ is not a package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module

@@ -3,7 +3,6 @@ and prints its tables. And bench/reference_gpt.py must stay the same architectur
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -15,6 +14,8 @@ import pytest
 import torch
 
 import reslab
+
+from .conftest import bench_module
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -29,11 +30,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _reference_module():
-    spec = importlib.util.spec_from_file_location("reference_gpt", BENCH / "reference_gpt.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("reference_gpt", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("reference_gpt")
 
 
 def test_bench_engine_quick(tmp_path):

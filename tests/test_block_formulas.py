@@ -26,13 +26,7 @@ EPS = 1e-5                    # ModelConfig.norm_eps default, written here on pu
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------------------------

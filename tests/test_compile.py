@@ -13,7 +13,7 @@ import torch
 from reslab.model.gpt import GPT
 from reslab.train.loop import train
 
-from .conftest import small, tokens
+from .conftest import CountingBackend, small, tokens
 from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
 
 
@@ -21,15 +21,6 @@ def _compiler_available() -> bool:
     return shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
-class CountingBackend:
-    """A torch.compile backend that runs the traced graph as is and counts how often dynamo traced."""
-
-    def __init__(self):
-        self.compiles = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.compiles += 1
-        return graph_module.forward
 
 
 @pytest.mark.parametrize("schedule", ["linear", "stagewise-L", "fix-sqrtL"])

@@ -14,10 +14,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reslab.data import DataConfig, check, load_corpus, load_prepared, prepare_dataset, read_header, read_shard, write_shard
+from reslab.data import (
+    DataConfig,
+    check,
+    load_corpus,
+    load_prepared,
+    prepare_dataset,
+    read_header,
+    read_shard,
+    write_shard,
+)
 from reslab.data.corpus import TINYSHAKESPEARE_SHA256, TINYSHAKESPEARE_URL
 from reslab.data.shards import HEADER_SIZE
-from reslab.data.tokenizers import ByteBPETokenizer, GPT2Tokenizer, HFFileTokenizer, from_json, to_json
+from reslab.data.tokenizers import (
+    ByteBPETokenizer,
+    GPT2Tokenizer,
+    HFFileTokenizer,
+    from_json,
+    to_json,
+)
 from reslab.errors import ConfigError, ReslabError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

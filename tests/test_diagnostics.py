@@ -20,7 +20,7 @@ from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
 from reslab.train.config import build_run_config
 from reslab.train.loop import train
-from tests.train_helpers import train_losses, val_losses, tiny_run, write_corpus
+from tests.train_helpers import tiny_run, train_losses, val_losses, write_corpus
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ compiled tiny model proving that ProRes' changing alpha costs no recompilation. 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -18,6 +17,8 @@ import torch
 from reslab.sweep.store import Store
 from tests.train_helpers import write_corpus
 
+from .conftest import bench_module
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 DESIGNS = ["pre-ln", "pre-ln+prores", "post-ln", "resi-dual", "sas-p"]
@@ -25,11 +26,7 @@ STEPS = ["machine", "bench_gpu", "stacked", "study", "report"]
 
 
 def _bench_gpu():
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH / "bench_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_gpu", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("bench_gpu")
 
 
 def _summary(stdout: str) -> dict[str, tuple[str, str, str]]:

@@ -14,8 +14,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model  # noqa: E402
 import reslab  # noqa: E402
 from reslab.cli import main  # noqa: E402
 from reslab.errors import ReslabError  # noqa: E402
-from reslab.hf import (export_hf, gpt2_state_from_reslab, hf_config_dict, import_hf,  # noqa: E402
-                       reslab_state_from_gpt2)
+from reslab.hf import (  # noqa: E402
+    export_hf,
+    gpt2_state_from_reslab,
+    hf_config_dict,
+    import_hf,
+    reslab_state_from_gpt2,
+)
 from tests.conftest import tokens  # noqa: E402
 
 TOL = 1e-5

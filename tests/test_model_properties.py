@@ -5,7 +5,7 @@ import torch
 
 import reslab
 from reslab.model.gpt import GPT
-from tests.conftest import small, tokens
+from tests.conftest import meta_built, small, tokens
 
 
 # ---- SAS / SAS-P -----------------------------------------------------------------------------------
@@ -107,12 +107,7 @@ def test_init_depends_on_the_seed_alone(design):
 @pytest.mark.parametrize("design", reslab.designs())
 def test_meta_device_build_then_materialise_equals_direct_build(design):
     cfg = small(design, prores="linear" if reslab.get_design(design).prores else "none", prores_warmup=5)
-    direct = GPT(cfg, seed=5).eval()
-    with torch.device("meta"):
-        lazy = GPT(cfg, seed=5)
-    lazy.to_empty(device="cpu")
-    lazy.init_weights(seed=5)
-    lazy.eval()
+    direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = tokens()
     assert torch.equal(direct(idx), lazy(idx))
     if cfg.tie_weights:

@@ -5,7 +5,6 @@ diagnostics, divergence, checkpoints and resume."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from reslab.model.registry import DESIGNS
 from reslab.train import stacked as stacked_mod
 from reslab.train.loop import train
 from reslab.train.stacked import (
-    StackedLoss,
     clip_per_seed,
     member_view,
     stack_key,
@@ -26,6 +24,7 @@ from reslab.train.stacked import (
     train_stacked,
 )
 
+from .conftest import CPU_ONLY_FALLBACK, slow_vmap_ops
 from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
 
 SEEDS = (1, 2, 3)
@@ -220,18 +219,10 @@ def test_dropout_stacks_draw_independent_masks(tmp_path):
 def test_every_design_batches_without_the_slow_vmap_fallback():
     """Every op of every design has a vmap batching rule, except CPU flash attention (CUDA's flash,
     memory-efficient and cuDNN attention have one), so on a GPU nothing loops over the seeds."""
-    expected_fallback = {"_scaled_dot_product_flash_attention_for_cpu"}
     for name in DESIGNS:
         cfg = ModelConfig(design=name, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, dropout=0.1)
-        models = [GPT(cfg, seed=s) for s in range(2)]
-        stacked = stack_parameters(models, torch.device("cpu"))
-        views = [member_view(m, stacked, k, torch.device("cpu")) for k, m in enumerate(models)]
-        x = torch.randint(0, 65, (2, 3, 16), generator=torch.Generator().manual_seed(0))
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            StackedLoss(views[0], compile=False).train_fn(stacked, x, x).sum().backward()
-        slow = {str(w.message).split("aten::")[-1].split(".")[0] for w in caught if "batching rule" in str(w.message)}
-        assert slow <= expected_fallback, (name, slow)
+        slow, stacked = slow_vmap_ops(cfg)
+        assert slow <= CPU_ONLY_FALLBACK, (name, slow)
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in stacked.values()), name
 
 

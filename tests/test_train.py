@@ -18,7 +18,13 @@ from reslab.cli import main
 from reslab.data.batches import EvalBatches, TrainBatches
 from reslab.train.loop import train
 from reslab.train.optim import learning_rate, parameter_groups
-from tests.train_helpers import train_losses, val_losses, tiny_config, tiny_run, write_corpus
+from tests.train_helpers import (
+    tiny_config,
+    tiny_run,
+    train_losses,
+    val_losses,
+    write_corpus,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_losses.json"
 
@@ -274,8 +280,8 @@ def test_tensorboard_sink_writes_events_or_says_what_is_missing(tmp_path, corpus
 
 
 def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, corpus, monkeypatch):
-    from reslab import prores_alpha
     import reslab.train.loop as loop
+    from reslab import prores_alpha
 
     over = {"model.prores": "linear", "model.prores_warmup": 5, "model.n_layer": 3, "train.steps": 30,
             "train.checkpoint_interval": 10}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 import pytest
 import torch
@@ -25,8 +24,8 @@ from reslab.errors import ConfigError
 from reslab.model.attention import AttentionCarry
 from reslab.model.gpt import GPT
 from reslab.train.loop import train
-from reslab.train.stacked import StackedLoss, member_view, stack_parameters
 
+from .conftest import CPU_ONLY_FALLBACK, CountingBackend, slow_vmap_ops
 from .test_block_formulas import (
     TOL,
     H,
@@ -48,13 +47,7 @@ FORMULA_TESTED: set[str] = set()
 L3 = 3   # three layers: layer 3 reads S_2 = S_1 + ... (accumulation) and V_1 skips two layers
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,33 +346,17 @@ def test_meta_device_build_equals_direct_build(design, option):
 
 def test_options_batch_without_the_slow_vmap_fallback():
     """As tests/test_stacked.py's check for every design, with both options on (and dropout on P)."""
-    expected_fallback = {"_scaled_dot_product_flash_attention_for_cpu"}
     for design in ("pre-ln", "post-ln", "sandwich-ln"):
         for option in OPTIONS.values():
             cfg = ModelConfig(design=design, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65,
                               dropout=0.1, **option)
-            models = [GPT(cfg, seed=s) for s in range(2)]
-            stacked = stack_parameters(models, torch.device("cpu"))
-            views = [member_view(m, stacked, k, torch.device("cpu")) for k, m in enumerate(models)]
-            x = torch.randint(0, 65, (2, 3, 16), generator=torch.Generator().manual_seed(0))
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                StackedLoss(views[0], compile=False).train_fn(stacked, x, x).sum().backward()
-            slow = {str(w.message).split("aten::")[-1].split(".")[0]
-                    for w in caught if "batching rule" in str(w.message)}
-            assert slow <= expected_fallback, (design, option, slow)
+            slow, stacked = slow_vmap_ops(cfg)
+            assert slow <= CPU_ONLY_FALLBACK, (design, option, slow)
             assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in stacked.values())
             if "value_residual" in option:
                 assert stacked["blocks.1.attn.value_lambda2"].grad.abs().min() > 0
 
 
-class CountingBackend:
-    def __init__(self):
-        self.compiles = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.compiles += 1
-        return graph_module.forward
 
 
 def test_compiles_as_one_graph_and_matches_eager():

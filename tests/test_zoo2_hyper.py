@@ -11,7 +11,6 @@ device, vmap batching, diagnostics and the init-time probe on the (B, T, n, C) s
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from reslab.config import ModelConfig
 from reslab.model.gpt import GPT
 from reslab.model.registry import DESIGNS
 
+from .conftest import CPU_ONLY_FALLBACK, meta_built, slow_vmap_ops
 from .test_block_formulas import (
     BLOCK,
     EPS,
@@ -51,12 +51,7 @@ FORMS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,12 +355,7 @@ def test_refusals_name_the_field(design, fields, field):
 def test_meta_device_build_then_materialise_equals_direct_build(form):
     cfg = ModelConfig(design=DESIGN, n_layer=2, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,
                       **FORMS[form])
-    direct = GPT(cfg, seed=5).eval()
-    with torch.device("meta"):
-        lazy = GPT(cfg, seed=5)
-    lazy.to_empty(device="cpu")
-    lazy.init_weights(seed=5)
-    lazy.eval()
+    direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = token_input()
     assert torch.equal(direct(idx), lazy(idx))
     # and not by accident: randomised, the connection weights change the function
@@ -376,18 +366,10 @@ def test_meta_device_build_then_materialise_equals_direct_build(form):
 @pytest.mark.parametrize("form", ["dynamic", "sinkhorn-dynamic"])
 def test_batches_under_vmap_without_the_slow_fallback(form):
     """As test_stacked's check over every design's defaults, for the non-default forms."""
-    from reslab.train.stacked import StackedLoss, member_view, stack_parameters
     cfg = ModelConfig(design=DESIGN, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65,
                       dropout=0.1, **FORMS[form])
-    models = [GPT(cfg, seed=s) for s in range(2)]
-    stacked = stack_parameters(models, torch.device("cpu"))
-    views = [member_view(m, stacked, k, torch.device("cpu")) for k, m in enumerate(models)]
-    x = torch.randint(0, 65, (2, 3, 16), generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        StackedLoss(views[0], compile=False).train_fn(stacked, x, x).sum().backward()
-    slow = {str(w.message).split("aten::")[-1].split(".")[0] for w in caught if "batching rule" in str(w.message)}
-    assert slow <= {"_scaled_dot_product_flash_attention_for_cpu"}, slow
+    slow, stacked = slow_vmap_ops(cfg)
+    assert slow <= CPU_ONLY_FALLBACK, slow
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in stacked.values())
 
 

@@ -27,6 +27,7 @@ from reslab.train.determinism import derive_seed
 from reslab.train.loop import train
 from reslab.train.stacked import train_stacked
 
+from .conftest import meta_built
 from .test_block_formulas import (
     BLOCK,
     TOL,
@@ -53,12 +54,7 @@ def tol(pos: str) -> dict:
     return dict(rtol=1e-5, atol=1e-5) if pos == "rope" else TOL
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,12 +337,7 @@ def test_ngpt_alpha_init_is_refused_elsewhere():
 def test_meta_device_build_then_materialise_equals_direct_build(tie, pos):
     cfg = ModelConfig(design="ngpt", n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=20,
                       tie_weights=tie, pos=pos, ngpt_alpha_init=0.1)
-    direct = GPT(cfg, seed=5).eval()
-    with torch.device("meta"):
-        lazy = GPT(cfg, seed=5)
-    lazy.to_empty(device="cpu")
-    lazy.init_weights(seed=5)
-    lazy.eval()
+    direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(2))
     assert torch.equal(direct(idx), lazy(idx))
     sd_direct, sd_lazy = direct.state_dict(), lazy.state_dict()

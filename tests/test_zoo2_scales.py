@@ -35,18 +35,14 @@ from tests.test_block_formulas import (
     token_input,
 )
 
+from .conftest import meta_built
+
 FORMULA_TESTED = {"reordered-ln", "layerscale", "gated"}
 
 SHAPE = {"scalar": (), "channel": (C,)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,12 +473,7 @@ META = [("reordered-ln", {}), ("layerscale", {}), ("gated", {"gate_bias": 3.0}),
 def test_meta_device_build_equals_direct_build(design, fields):
     cfg = ModelConfig(**{"design": design, "n_layer": 2, "n_head": 2, "n_embd": C, "block_size": 8,
                          "vocab_size": 11, **fields})
-    direct = GPT(cfg, seed=5).eval()
-    with torch.device("meta"):
-        lazy = GPT(cfg, seed=5)
-    lazy.to_empty(device="cpu")
-    lazy.init_weights(seed=5)
-    lazy.eval()
+    direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = token_input()
     assert torch.equal(direct(idx), lazy(idx))
     for (n, p), (_, q) in zip(direct.state_dict().items(), lazy.state_dict().items()):

@@ -16,6 +16,8 @@ from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
 from reslab.model.registry import resolve
 
+from .conftest import meta_built
+
 SHAPE = dict(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=13, dropout=0.0)
 
 # Each option is the set of fields it changes; values differ from ModelConfig's defaults.
@@ -62,12 +64,7 @@ NO_EFFECT_BY_DESIGN = {
 X = torch.randint(0, SHAPE["vocab_size"], (2, SHAPE["block_size"]), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 def _config(design: str, *options: str) -> ModelConfig | None:
@@ -159,21 +156,13 @@ def test_every_pair_of_options_builds_and_runs_or_is_refused_clearly(design):
     assert accepted > 0 and refused > 0, (design, accepted, refused)
 
 
-def _meta_then_materialise(cfg: ModelConfig, seed: int) -> GPT:
-    with torch.device("meta"):
-        model = GPT(cfg, seed=seed)
-    model.to_empty(device="cpu")
-    model.init_weights(seed)
-    return model
-
-
 @pytest.mark.parametrize("design", DESIGNS)
 def test_meta_device_build_equals_direct_build(design):
     """Every parameter and buffer is rewritten by init_weights: nothing lives outside them."""
     singles = [name for name in OPTIONS if not isinstance(_outcome(_config(design, name)), list)]
     for options in [()] + [(name,) for name in singles]:
         cfg = resolve(_config(design, *options))
-        direct, materialised = GPT(cfg, seed=5), _meta_then_materialise(cfg, seed=5)
+        direct, materialised = GPT(cfg, seed=5), meta_built(cfg, seed=5)
         direct_state, meta_state = direct.state_dict(), materialised.state_dict()
         assert direct_state.keys() == meta_state.keys()
         for key in direct_state:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import ReslabError
 
-DEFAULT_DESIGNS = "pre-ln,post-ln,sandwich-ln,deepnorm,lns,resi-dual,sas,sas-p"
+DEFAULT_DESIGNS = ("pre-ln,post-ln,sandwich-ln,deepnorm,lns,resi-dual,sas,sas-p,"
+                   "reordered-ln,layerscale,gated,hyper-connections,ngpt")
 MODE_DESIGNS = {  # used when --designs is not given
     "default": DEFAULT_DESIGNS,
     "xiong": "pre-ln,post-ln,resi-dual",
