@@ -21,7 +21,7 @@ EXPECTED = {
     "prores": {"tiny": (20, 20), "paper": (30, 30)},
     "gain-confound": {"tiny": (9, 9), "paper": (27, 9)},
     "simplified-blocks": {"tiny": (12, 6), "paper": (18, 6)},
-    "depth-scaling": {"tiny": (20, 20), "paper": (40, 20)},
+    "depth-scaling": {"tiny": (40, 40), "paper": (80, 40)},
 }
 
 
