@@ -161,3 +161,30 @@ def test_cli_run_options_are_checked_before_anything_is_written(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not store.exists()
+
+
+def test_a_field_added_at_its_default_keeps_identities_and_resumes(tmp_path):
+    """Identities and the resume check read the config's canonical form (fields that differ from
+    the defaults), so a config written before a field existed is the same run, while a changed
+    value is a different one."""
+    from reslab.sweep.spec import run_identity
+    from reslab.train.config import build_run_config, canonical
+    from reslab.train.run_folder import RunFolder
+
+    cfg = build_run_config({"model": {"design": "post-ln", "n_layer": 3}, "train": {"seed": 7}})
+    older = cfg.to_dict()
+    del older["model"]["layer_designs"], older["model"]["hyper_streams"], older["diagnostics"]["spike_window"]
+    assert canonical(older) == canonical(cfg.to_dict())
+    assert canonical(cfg.to_dict())["model"]["n_layer"] == 3 and "hyper_streams" not in canonical(cfg.to_dict())["model"]
+    folder = RunFolder(tmp_path / "run")
+    folder.claim(older)                      # written by an older reslab
+    assert folder.claim(cfg.to_dict()) is True  # the same run: resumed, not refused
+    changed = cfg.replace(model=cfg.model.replace(hyper_streams=2))
+    with pytest.raises(ReslabError, match="holds a run with a different config"):
+        folder.claim(changed.to_dict())
+    assert run_identity(changed) != run_identity(cfg)
+    assert run_identity(cfg.replace(name="renamed")) == run_identity(cfg)
+    # an explicit value equal to the default is the default
+    same = build_run_config({"model": {"design": "post-ln", "n_layer": 3, "hyper_streams": 4},
+                             "train": {"seed": 7}})
+    assert run_identity(same) == run_identity(cfg)

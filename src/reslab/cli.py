@@ -81,7 +81,9 @@ def load_run_config(config_path: str | None, preset: str | None, sets: list[str]
 def config_hash(cfg) -> str:
     import hashlib
 
-    text = json.dumps(cfg.to_dict(), sort_keys=True)
+    from .train.config import canonical
+
+    text = json.dumps(canonical(cfg.to_dict()), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

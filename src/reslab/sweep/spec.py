@@ -39,7 +39,7 @@ from typing import Optional
 
 from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
-from ..train.config import RunConfig, build_run_config, preset_path
+from ..train.config import RunConfig, build_run_config, canonical, preset_path
 from ..typed import Typed, deep_merge, from_dict
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # spec, variant and scale names become folder names
@@ -143,9 +143,11 @@ def _short(value) -> str:
 
 
 def run_identity(config: RunConfig) -> str:
-    """12 hex digits of the SHA-256 of the resolved config, without its display name."""
-    data = config.to_dict()
-    data.pop("name")
+    """12 hex digits of the SHA-256 of the resolved config, without its display name, in its
+    canonical form (only fields that differ from the defaults: a field added later at its default
+    leaves every identity as it was)."""
+    data = canonical(config.to_dict())
+    data.pop("name", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -158,6 +158,27 @@ def build_run_config(data: dict, where: str = "config") -> RunConfig:
     return cfg.replace(model=model)
 
 
+def canonical(config: dict, defaults: dict | None = None) -> dict:
+    """A run config (as a dict) reduced to the fields that differ from RunConfig's defaults, nested.
+    Run identities and resume checks use this form, so a field that a later reslab adds at its
+    default changes neither; a field whose default changed keeps its old explicit value and so
+    still makes a different run."""
+    defaults = RunConfig().to_dict() if defaults is None else defaults
+    out = {}
+    for key, value in config.items():
+        default = defaults.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(default, dict) and default:
+            value = canonical(value, default)
+            if value:
+                out[key] = value
+        elif value != default:
+            out[key] = value
+    return out
+
+
+_MISSING = object()
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 

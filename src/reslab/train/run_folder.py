@@ -75,7 +75,9 @@ class RunFolder:
                 existing = json.loads(self.config_path.read_text())
             except json.JSONDecodeError:
                 raise ReslabError(f"{self.config_path}: not valid JSON; move the folder away or repair it") from None
-            if existing.get("config") != config:
+            from .config import canonical  # a field added by a later reslab, at its default, is no change
+
+            if not isinstance(existing.get("config"), dict) or canonical(existing["config"]) != canonical(config):
                 raise ReslabError(f"{self.path}: holds a run with a different config; choose another "
                                   "--out folder (or delete this one) to start a new run")
             return True
