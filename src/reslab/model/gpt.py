@@ -111,13 +111,14 @@ class GPT(nn.Module):
     def after_optimizer_step(self) -> None:
         """Called by the trainers after every optimizer step: designs that keep their weights on a
         manifold (nGPT's unit-norm rows) project them back here. A no-op for every other design."""
+        if self.design.stream != "ngpt":
+            return  # the only design on a manifold: nothing to scan in any other training step
         for m in self.modules():
             if m is not self and hasattr(m, "after_optimizer_step"):
                 m.after_optimizer_step()
-        if self.design.stream == "ngpt":  # nGPT: token-embedding rows (and an untied head's) on the sphere
-            unit_rows_(self.wte.weight)
-            if not self.config.tie_weights:
-                unit_rows_(self.lm_head.weight)
+        unit_rows_(self.wte.weight)  # token-embedding rows (and an untied head's) on the sphere too
+        if not self.config.tie_weights:
+            unit_rows_(self.lm_head.weight)
 
     def prores_alphas(self) -> list[float]:
         """alpha of every layer at the current step (all 1.0 without ProRes)."""
