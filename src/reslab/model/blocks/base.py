@@ -64,7 +64,7 @@ def residual(cfg: ModelConfig, skip: bool = True, *, branch_scale: str | None = 
     """out = s*x + a*(gain*alpha*branch): s, a learned per cfg.skip_scale / cfg.branch_scale (a block
     whose formula fixes the branch scale, LayerScale, passes branch_scale / branch_scale_init)."""
     gain = cfg.branch_gain if cfg.gain_mode == "runtime" else 1.0
-    return Residual(skip=skip, gain=gain, prores=cfg.prores != "none",
-                    skip_scale=cfg.skip_scale or "none", branch_scale=branch_scale or cfg.branch_scale or "none",
-                    branch_scale_init=next(v for v in (branch_scale_init, cfg.branch_scale_init, 1.0) if v is not None),
-                    dim=cfg.n_embd)
+    if branch_scale is None:  # the model's setting (resolved: never None)
+        branch_scale, branch_scale_init = cfg.branch_scale, cfg.branch_scale_init
+    return Residual(skip=skip, gain=gain, prores=cfg.prores != "none", skip_scale=cfg.skip_scale,
+                    branch_scale=branch_scale, branch_scale_init=branch_scale_init, dim=cfg.n_embd)
