@@ -79,3 +79,38 @@ def test_fsdp_matches_one_process_and_resumes_from_a_gathered_checkpoint(single_
     c = _losses(resumed)
     assert sorted(c) == list(range(1, 13))
     assert max(abs(b[s] - c[s]) for s in b) < 1e-6
+
+
+# Run by torchrun in the test below: records, on each rank, how many FSDP modules are still alive
+# when the process group is destroyed. A group destroyed while FSDP still holds it is freed only
+# during interpreter shutdown, where gloo's work objects abort the process (a flaky SIGABRT).
+_PROBE = """
+import gc, sys
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+destroy = dist.destroy_process_group
+def counting_destroy(*args, **kwargs):
+    alive = sum(isinstance(o, FSDPModule) for o in gc.get_objects())
+    print(f"destroy: rank {dist.get_rank()} fsdp modules alive {alive}", file=sys.stderr)
+    destroy(*args, **kwargs)
+dist.destroy_process_group = counting_destroy
+from reslab.cli import main
+sys.argv = ["reslab", "train", sys.argv[1], "--out", sys.argv[2]]
+main()
+"""
+
+
+def test_fsdp_ranks_destroy_the_group_after_freeing_the_model_on_every_exit_path(single_process_run):
+    tmp, corpus = single_process_run
+    probe = tmp / "probe.py"
+    probe.write_text(_PROBE)
+    cfg = _write_toml(tmp / "fsdp_short.toml", tiny_run(corpus, tmp / "cache", **{**COMMON, "train.steps": 2},
+                                                         **{"train.parallel": "fsdp"}))
+    # a full run, then the same command on the completed folder (which returns before training)
+    for attempt in ("trained", "already complete"):
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                              str(probe), str(cfg), str(tmp / "short")], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, (attempt, run.stderr[-3000:])
+        lines = sorted(line for line in run.stderr.splitlines() if line.startswith("destroy:"))
+        assert lines == ["destroy: rank 0 fsdp modules alive 0", "destroy: rank 1 fsdp modules alive 0"], \
+            (attempt, run.stderr[-3000:])

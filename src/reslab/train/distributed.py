@@ -6,6 +6,7 @@ processes with grad_accum a see exactly the batches of one process with grad_acc
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -38,9 +39,19 @@ def setup(device_type: str) -> Dist:
     return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def teardown(d: Dist) -> None:
-    if d.active and dist.is_initialized():
-        dist.destroy_process_group()
+def teardown(d: Dist, finished: bool) -> None:
+    """Leave the process group in order. A rank that finished waits for the others first, so none
+    exits while a peer still writes its last checkpoint through it; one that failed leaves at once
+    (its peers may be gone, and a barrier would hang). FSDP's modules hold the group in reference
+    cycles: collecting them now destroys gloo's work objects while the interpreter is whole, not
+    during its shutdown, where freeing them aborts the process ("terminate called without an
+    active exception")."""
+    if not (d.active and dist.is_initialized()):
+        return
+    if finished:
+        dist.barrier()
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def barrier(d: Dist) -> None:

@@ -163,12 +163,16 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     The folder is locked while training: a second process on the same run is refused."""
     rt = _runtime(cfg)
     folder = RunFolder(out)
-    if rt.dist.main:
-        folder.lock()
+    finished = False
     try:
-        return _train(cfg, rt, folder, log)
+        if rt.dist.main:
+            folder.lock()
+        result = _train(cfg, rt, folder, log)
+        finished = True
+        return result
     finally:
         folder.close()
+        distributed.teardown(rt.dist, finished)  # on every path, the early returns and failures too
 
 
 def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
@@ -339,7 +343,6 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
         if status == "diverged":
             progress.message(f"{cfg.name}: diverged at step {diverged_at} (non-finite loss or gradient)")
         write_final_status(folder, cfg, status, final_step, best, final_val, last_train_loss)
-    distributed.teardown(d)
     return RunResult(status, final_step, best, final_val if status == "completed" else None, folder.path)
 
 
