@@ -16,6 +16,7 @@ import torch
 import reslab
 
 from .conftest import bench_module
+from tests.kill_helpers import SAFETY_NET_S
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -24,7 +25,7 @@ BENCH = ROOT / "bench"
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, f"{script} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
 

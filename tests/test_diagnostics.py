@@ -21,6 +21,7 @@ from reslab.model.gpt import GPT
 from reslab.train.config import build_run_config
 from reslab.train.loop import train
 from tests.train_helpers import tiny_run, train_losses, val_losses, write_corpus
+from tests.kill_helpers import SAFETY_NET_S
 
 
 @pytest.fixture
@@ -291,7 +292,7 @@ def test_bench_diagnostics_quick_runs(tmp_path):
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "diag.json"
     proc = subprocess.run([sys.executable, str(root / "bench" / "bench_diagnostics.py"), "--quick", "--json", str(out)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["losses_identical"] and result["measurements_per_run"] == 3

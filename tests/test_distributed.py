@@ -14,6 +14,7 @@ import torch.distributed as dist
 import reslab
 from tests.test_train import _losses, _vals, _write_toml
 from tests.train_helpers import tiny_run, write_corpus
+from tests.kill_helpers import SAFETY_NET_S
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch without gloo")
@@ -23,7 +24,7 @@ COMMON = {"train.steps": 12, "train.eval_interval": 6, "model.dropout": 0.0, "tr
 def _torchrun(cfg_file, out):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "-m", "reslab.cli", "train", str(cfg_file), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def single_process_run(tmp_path_factory):
     corpus = write_corpus(tmp)
     cfg = _write_toml(tmp / "single.toml", tiny_run(corpus, tmp / "cache", **COMMON, **{"train.grad_accum": 2}))
     one = subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(cfg), "--out", str(tmp / "one")],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=SAFETY_NET_S)
     assert one.returncode == 0, one.stderr
     return tmp, corpus
 
@@ -109,7 +110,7 @@ def test_fsdp_ranks_destroy_the_group_after_freeing_the_model_on_every_exit_path
     # a full run, then the same command on the completed folder (which returns before training)
     for attempt in ("trained", "already complete"):
         run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                              str(probe), str(cfg), str(tmp / "short")], capture_output=True, text=True, timeout=300)
+                              str(probe), str(cfg), str(tmp / "short")], capture_output=True, text=True, timeout=SAFETY_NET_S)
         assert run.returncode == 0, (attempt, run.stderr[-3000:])
         lines = sorted(line for line in run.stderr.splitlines() if line.startswith("destroy:"))
         assert lines == ["destroy: rank 0 fsdp modules alive 0", "destroy: rank 1 fsdp modules alive 0"], \

@@ -18,6 +18,7 @@ from reslab.sweep.store import Store
 from tests.train_helpers import write_corpus
 
 from .conftest import bench_module
+from tests.kill_helpers import SAFETY_NET_S
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -48,7 +49,7 @@ def test_gpu_check_smoke_runs_every_step(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable,
            "GPU_CHECK_STUDY_SET": f"data.corpus=text data.path={corpus} data.cache_dir={tmp_path / 'cache'}"}
     proc = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), str(out), "--smoke"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=SAFETY_NET_S)
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-2000:]}"
     assert proc.returncode == 0, report
 

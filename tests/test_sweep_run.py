@@ -11,14 +11,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import load_spec, parse_spec, with_seeds
+from reslab.sweep.spec import expand, load_spec, parse_spec, with_seeds
 from reslab.sweep.store import Store
+from tests.kill_helpers import checkpoint_steps, kill_seed, last_step, lock_is_free, status, wait_until
 from tests.sweep_helpers import curves, spec_dict, write_spec
 
 
@@ -154,33 +154,49 @@ def test_submitit_local_executor_runs_the_same_path(finished, tmp_path):
         assert curves(ours[run_id]) == pytest.approx(curves(ref[run_id]), rel=1e-6)
 
 
-def test_sigkill_the_sweep_at_random_moments_then_finish(tmp_path):
-    """Kill the orchestrator with SIGKILL several times mid-sweep, rerun until done: every run
-    completes exactly once, every curve equals the uninterrupted sweep's, the index is intact and
-    no partially written file is left."""
-    data = spec_dict(tmp_path, steps=40, checkpoint_interval=5, eval_interval=10)
+def test_sigkill_the_sweep_mid_training_then_finish(tmp_path):
+    """Kill the orchestrator with SIGKILL at least 3 times, each time once a chosen run has trained
+    a drawn number of steps past its last checkpoint (observed in its metrics, never timed), and
+    check after each kill that the run was caught mid-training: its workers gone, its status still
+    "running", its last step short of the end. Then rerun until done: every run completes exactly
+    once, every curve equals the uninterrupted sweep's, the index is intact and no partially
+    written file is left."""
+    steps = 60
+    data = spec_dict(tmp_path, steps=steps, checkpoint_interval=5, eval_interval=10)
     path = write_spec(tmp_path, data)
     spec = load_spec(path)
     _sweep(spec, tmp_path / "ref")                       # the uninterrupted reference
     store = tmp_path / "store"
+    planned = [Store(store).folder_for(r.id, r.label) for r in expand(spec)]
     cmd = [sys.executable, "-m", "reslab.cli", "sweep", "run", str(path), "--store", str(store), "--jobs", "2"]
-    rng = random.Random(0)
-    kills = 0
-    for delay in (rng.uniform(2.5, 5), rng.uniform(4, 8), rng.uniform(3, 8)):
+    seed = kill_seed()
+    rng = random.Random(seed)
+    landed, rounds = [], 0
+    while len(landed) < 3:
+        rounds += 1
+        assert rounds <= 12, f"only {len(landed)} kills landed mid-training in 12 rounds (RESLAB_TEST_SEED={seed})"
+        # a run with room left: the kill step lies at least 15 updates before its end
+        room = [f for f in planned if max(checkpoint_steps(f), default=0) + 1 <= steps - 15]
+        assert room, f"no run left to interrupt (RESLAB_TEST_SEED={seed})"
+        target = rng.choice(room)
+        resume_from = max(checkpoint_steps(target), default=0)
+        kill_at = rng.randint(resume_from + 1, min(resume_from + 12, steps - 15))
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
+        wait_until(lambda: last_step(target) >= kill_at or proc.poll() is not None,
+                   f"{target.name} reach step {kill_at}", seed)
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        time.sleep(0.3)  # the workers die with the sweep (PR_SET_PDEATHSIG)
-    assert kills >= 2
+        wait_until(lambda: all(lock_is_free(f) for f in planned if f.is_dir()),
+                   "the workers die with the sweep", seed)  # PR_SET_PDEATHSIG
+        caught = status(target) == "running" and kill_at <= last_step(target) < steps
+        if caught:
+            landed.append((target.name, kill_at, last_step(target)))
     final = subprocess.run(cmd, capture_output=True, text=True)
     assert final.returncode == 0, final.stderr
     ours, ref = _folders(store), _folders(tmp_path / "ref")
     assert ours.keys() == ref.keys()  # one folder per run, no duplicates
     for run_id, folder in ours.items():
-        assert curves(folder) == curves(ref[run_id]), folder.name  # each step once, same values
+        assert curves(folder) == curves(ref[run_id]), (folder.name, landed, seed)  # each step once, same values
     db = sqlite3.connect(store / "index.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     statuses = db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall()

@@ -10,6 +10,7 @@ import pytest
 from reslab.errors import ConfigError, ReslabError
 from reslab.sweep.spec import expand, load_spec, parse_spec, with_seeds
 from tests.sweep_helpers import spec_dict, write_spec
+from tests.kill_helpers import SAFETY_NET_S
 
 
 def test_grid_expansion_is_the_cartesian_product_seed_major(tmp_path):
@@ -157,7 +158,7 @@ def test_cli_run_options_are_checked_before_anything_is_written(tmp_path):
                           (["sweep", "plan", str(path), "--set", "model.n_layerz=3"],
                            "--set model.n_layerz: unknown key"),
                           (["study", "run", "gain-confound", "--jobs", "-1"], "--jobs: must be at least 1")):
-        proc = subprocess.run([*cli, *args, "--store", str(store)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([*cli, *args, "--store", str(store)], capture_output=True, text=True, timeout=SAFETY_NET_S)
         assert proc.returncode == 2, (args, proc.stderr)
         assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not store.exists()

@@ -1,13 +1,9 @@
-"""The training engine: golden losses, exact resume after SIGKILL, evaluation modes, divergence,
+"""The training engine: golden losses, resume, evaluation modes, divergence,
 and separation of the random streams."""
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -117,11 +113,6 @@ def test_fixed_eval_gives_the_same_val_batches_to_every_design(tmp_path, corpus,
 
 
 # ---- resume ----------------------------------------------------------------------------------------
-def _cli_train(cfg_file: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
 def _write_toml(path: Path, cfg: dict) -> Path:
     import tomli_w
 
@@ -129,34 +120,7 @@ def _write_toml(path: Path, cfg: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kill_after_checkpoints", [1, 3])
-def test_resume_after_sigkill_is_exact(tmp_path, corpus, kill_after_checkpoints):
-    cfg = tiny_run(corpus, tmp_path / "cache", **{"train.steps": 120, "train.checkpoint_interval": 10,
-                                                  "train.eval_interval": 20, "model.dropout": 0.2})
-    cfg_file = _write_toml(tmp_path / "run.toml", cfg)
-    reference = tmp_path / "reference"
-    assert subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(reference)],
-                          capture_output=True).returncode == 0
-
-    interrupted = tmp_path / "interrupted"
-    proc = _cli_train(cfg_file, interrupted)
-    ckpts = interrupted / "checkpoints"
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(ckpts.glob("step_*"))) < min(kill_after_checkpoints, 2):
-        time.sleep(0.02)
-    if kill_after_checkpoints > 1:
-        time.sleep(0.15)  # land somewhere between checkpoints
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert json.loads((interrupted / "status.json").read_text())["status"] == "running"
-    done = subprocess.run([sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(interrupted)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert _losses(interrupted) == _losses(reference)      # bit-identical, every step
-    assert _vals(interrupted) == _vals(reference)
-    assert sorted(_losses(interrupted)) == list(range(1, 121))
-    assert json.loads((interrupted / "status.json").read_text())["status"] == "completed"
-    assert not list(interrupted.rglob(".tmp*")) and not list(interrupted.rglob("*.tmp"))
+# Exact resume after SIGKILL at drawn points: tests/test_resume_kills.py
 
 
 def test_rerunning_a_completed_run_does_nothing(tmp_path, corpus):
@@ -263,20 +227,6 @@ def test_sample_from_a_run_folder(tmp_path, corpus, capsys):
     assert capsys.readouterr().out == text  # the seed fixes the sample
     assert main(["sample", str(tmp_path / "nothing")]) == 2
     assert main(["sample", str(result.path), "--prompt", "\u00e9\u00e9"]) == 2
-
-
-def test_tensorboard_sink_writes_events_or_says_what_is_missing(tmp_path, corpus):
-    cfg = tiny_config(corpus, tmp_path / "c", **{"train.tensorboard": True, "train.steps": 5})
-    try:
-        import torch.utils.tensorboard  # noqa: F401
-    except ImportError:
-        from reslab import ReslabError
-
-        with pytest.raises(ReslabError, match="pip install tensorboard"):
-            train(cfg, tmp_path / "r", log=lambda *_: None)
-        return
-    result = train(cfg, tmp_path / "r", log=lambda *_: None)
-    assert list((result.path / "tensorboard").glob("events.*"))
 
 
 def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, corpus, monkeypatch):

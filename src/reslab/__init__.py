@@ -11,13 +11,17 @@ Notebook API:
 
 from __future__ import annotations
 
-from .config import ModelConfig
-from .errors import ConfigError, ReslabError
-from .model.gpt import GPT
-from .model.io import load_model, save_model
-from .model.prores import SCHEDULE_NAMES as PRORES_SCHEDULES
-from .model.prores import prores_alpha
-from .model.registry import DESIGNS, get_design, resolve
+from .compat import require_torch
+
+require_torch()  # one line, before anything imports torch
+
+from .config import ModelConfig  # noqa: E402
+from .errors import ConfigError, ReslabError  # noqa: E402
+from .model.gpt import GPT  # noqa: E402
+from .model.io import load_model, save_model  # noqa: E402
+from .model.prores import SCHEDULE_NAMES as PRORES_SCHEDULES  # noqa: E402
+from .model.prores import prores_alpha  # noqa: E402
+from .model.registry import DESIGNS, get_design, resolve  # noqa: E402
 
 __version__ = "0.1.0"
 

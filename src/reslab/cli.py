@@ -1,23 +1,62 @@
 """The `reslab` command: parses arguments, calls one function per verb, prints.
 
-User errors (ReslabError, ConfigError) print one line each on stderr and exit with status 2.
+User errors (ReslabError, ConfigError) print one line each on stderr and exit with status 2; a path
+the operating system refuses (OSError) is one line naming it. Anything else is a bug in reslab: one
+line `reslab: internal error: ...` and exit status 1 (RESLAB_DEBUG=1 shows the traceback instead).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import tomllib
 from pathlib import Path
 
 from .errors import ConfigError, ReslabError
-from .typed import deep_merge
+from .typed import INT_MAX, deep_merge, short_int
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
         raise ReslabError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+# ---- flag types: a bad value is refused while parsing, before any verb runs ------------------------
+# They raise ReslabError (not argparse's ArgumentTypeError), so that the one line names the flag
+# whichever parser they are added to (reslab's, or a plain argparse parser in a test).
+def int_in(flag: str, lo: int, hi: int):
+    """An argparse type: an integer in lo..hi."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ReslabError(f"{flag}: expected an integer, got {text!r}") from None
+        if value < lo:
+            raise ReslabError(f"{flag}: must be at least {lo}, got {short_int(value)}")
+        if value > hi:
+            raise ReslabError(f"{flag}: must be at most {hi:,}, got {short_int(value)}")
+        return value
+    return parse
+
+
+def positive_finite(flag: str):
+    """An argparse type: a number > 0 that is not inf or nan."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ReslabError(f"{flag}: expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ReslabError(f"{flag}: must be a positive finite number, got {text!r}")
+        return value
+    return parse
+
+
+SEED_MAX = INT_MAX  # seeds are non-negative 64-bit integers everywhere (numpy refuses negative ones)
+MAX_SAMPLE_TOKENS = 1_000_000
 
 
 # ---- config loading shared by verbs ----------------------------------------------------------------
@@ -53,24 +92,27 @@ def load_model_config(config_path: str | None, sets: list[str]):
     from .config import ModelConfig
     from .model.registry import resolve
 
-    data = read_toml(config_path) if config_path else {}
+    data = read_toml(config_path) if config_path is not None else {}
     data = deep_merge(data, parse_set(sets))
     unknown = sorted(set(data) - {"model"})
-    if unknown:
-        raise ConfigError([f"{k}: unknown table; this command reads only [model]" for k in unknown])
+    if unknown:  # one line: a run config given to `reslab model` is one mistake, not one per table
+        hint = "; a run config? `reslab train` reads those" if set(unknown) & {"data", "optim", "train"} else ""
+        raise ConfigError(f"{', '.join(unknown)}: unknown {'tables' if len(unknown) > 1 else 'table'}; "
+                          f"this command reads only [model]{hint}")
     return resolve(ModelConfig.from_dict(data.get("model", {}), prefix="model"))
 
 
 def load_run_config(config_path: str | None, preset: str | None, sets: list[str]):
     """Preset, then config file, then --set overrides, validated as one RunConfig."""
-    from .train.config import build_run_config, preset_path
+    from .sweep.spec import check_preset
+    from .train.config import build_run_config
 
     data: dict = {}
     where = "config"
-    if preset:
-        data = read_toml(str(preset_path(preset)))
+    if preset is not None:
+        data = read_toml(str(check_preset(preset)))
         where = f"preset {preset}"
-    if config_path:
+    if config_path is not None:
         data = deep_merge(data, read_toml(config_path))
         where = config_path
     if sets:
@@ -104,10 +146,13 @@ def cmd_variants(args) -> None:
 
 
 def cmd_model(args) -> None:
+    import torch
+
     from .model.gpt import GPT
 
     cfg = load_model_config(args.config, args.set)
-    counts = GPT(cfg).param_counts()
+    with torch.device("meta"):  # counting needs shapes only: a large config allocates nothing
+        counts = GPT(cfg).param_counts()
     if args.json:
         print(json.dumps({"config": cfg.to_dict(), "params": counts}, indent=2))
         return
@@ -116,11 +161,31 @@ def cmd_model(args) -> None:
     print(f"{'params':<20} total {counts['total']:,}, non-embedding {counts['non_embedding']:,}")
 
 
+def default_run_folder(cfg) -> Path:
+    """runs/<name>-<config hash>; a name that would leave runs/ (absolute, '..') is refused."""
+    parts = Path(cfg.name).parts
+    if not cfg.name or Path(cfg.name).is_absolute() or ".." in parts:
+        raise ReslabError(f"name: {cfg.name!r} cannot name a folder inside runs/; choose a plain name "
+                          "or give --out")
+    return Path("runs") / f"{cfg.name}-{config_hash(cfg)}"
+
+
+def check_data_cache(cfg) -> None:
+    """The data cache is written before the run folder: refuse an unusable one first."""
+    from .data.config import cache_root
+    from .fileio import check_output_dir
+
+    check_output_dir(cache_root(cfg.data), "data.cache_dir" if cfg.data.cache_dir else "data cache")
+
+
 def cmd_train(args) -> int:
+    from .fileio import check_output_dir
     from .train.loop import train
 
     cfg = load_run_config(args.config, args.preset, args.set)
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.name}-{config_hash(cfg)}"
+    out = check_output_dir(args.out, "--out") if args.out is not None else \
+        check_output_dir(default_run_folder(cfg), "run folder")
+    check_data_cache(cfg)
     result = train(cfg, out, log=lambda msg: print(msg, file=sys.stderr))
     best = f"{result.best_val_loss:.4f}" if result.best_val_loss is not None else "n/a"
     print(f"{result.status} at step {result.step}; best val loss {best}", file=sys.stderr)
@@ -129,7 +194,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_sample(args) -> None:
-    from .train.sample import sample
+    from .train.sample import sample  # the flags' ranges are checked by their argparse types
 
     print(sample(args.run, prompt=args.prompt, tokens=args.tokens, temperature=args.temperature,
                  top_k=args.top_k, seed=args.seed, which=args.checkpoint))
@@ -137,8 +202,13 @@ def cmd_sample(args) -> None:
 
 def cmd_data_prepare(args) -> None:
     from .data import prepare_dataset
+    from .fileio import check_output_dir
 
     cfg = load_run_config(args.config, args.preset, args.set)
+    if args.out is not None:
+        check_output_dir(args.out, "--out")
+    if args.out is None or cfg.data.cache_dir is not None:  # downloads go to the cache even with --out
+        check_data_cache(cfg)
     prepared = prepare_dataset(cfg.data, out_dir=args.out, progress=True,
                                log=lambda msg: print(msg, file=sys.stderr))
     print(json.dumps(prepared.meta, indent=2))
@@ -153,19 +223,43 @@ def cmd_presets(args) -> None:
 
 
 def cmd_export_hf(args) -> None:
+    from .fileio import check_output_dir, check_path_text
     from .hf import export_hf
     from .train.checkpoint import model_folder_of
 
-    model_dir, _ = model_folder_of(Path(args.model), "best")  # a run folder: its best checkpoint
+    model_dir, _ = model_folder_of(check_path_text(args.model, "MODEL_OR_RUN_DIR"), "best")  # a run: its best
+    check_output_dir(args.out, "OUT")
     out = export_hf(model_dir, args.out)
     print(out)
 
 
+def check_hf_numbers(hf_folder: Path) -> None:
+    """Numbers in a Hugging Face config.json that reslab.hf's field checks let through: an integer
+    too large for a float (math.isfinite(10**400) raises) and dropout rates of 1 or more.
+    (These checks belong in hf.py's _field; they are here until its owner moves them.)"""
+    from .fileio import read_json
+    from .typed import INT_MAX, INT_MIN
+
+    path = hf_folder / "config.json"
+    if not path.is_file():
+        return  # import_hf says what is missing
+    conf = read_json(path, "Hugging Face config")
+    for key, value in conf.items():
+        if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+            raise ReslabError(f"{path}: {key}: {short_int(value)} is out of range")
+    for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        value = conf.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1:
+            raise ReslabError(f"{path}: {key} must be in [0, 1), got {value!r}")
+
+
 def cmd_import_hf(args) -> None:
+    from .fileio import check_output_dir, check_path_text
     from .hf import import_hf
     from .model.io import save_model
 
-    out = Path(args.out)
+    check_hf_numbers(check_path_text(args.hf_folder, "HF_DIR"))
+    out = check_output_dir(args.out, "OUT")
     if out.exists() and (not out.is_dir() or set(p.name for p in out.iterdir()) - {"model.json", "model.safetensors"}):
         raise ReslabError(f"{out}: exists and is not a reslab model folder; choose an empty or new folder")
     print(save_model(import_hf(args.hf_folder), out))
@@ -200,10 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("sample", help="generate text from a run folder or model folder")
     sp.add_argument("run", help="run folder (uses its best checkpoint) or model folder")
     sp.add_argument("--prompt", default="\n")
-    sp.add_argument("--tokens", type=int, default=300)
-    sp.add_argument("--temperature", type=float, default=0.8)
-    sp.add_argument("--top-k", type=int, default=200)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--tokens", type=int_in("--tokens", 1, MAX_SAMPLE_TOKENS), default=300)
+    sp.add_argument("--temperature", type=positive_finite("--temperature"), default=0.8)
+    sp.add_argument("--top-k", type=int_in("--top-k", 1, 2**31 - 1), default=200,
+                    help="sample from the k likeliest tokens (a k above the vocabulary keeps them all)")
+    sp.add_argument("--seed", type=int_in("--seed", 0, SEED_MAX), default=0)
     sp.add_argument("--checkpoint", choices=["best", "last"], default="best")
     sp.set_defaults(func=cmd_sample)
 
@@ -248,17 +343,69 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+_PARSER: argparse.ArgumentParser | None = None
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The parser, built once per process (building it costs more than most verbs' checks)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = build_parser()
+    return _PARSER
+
+
+def _say(text: str) -> None:
+    """One line on stderr, whatever the text holds (newlines, characters stderr cannot encode)."""
+    line = " ".join(text.splitlines()) or "(no message)"
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    print(line.encode(encoding, "backslashreplace").decode(encoding), file=sys.stderr)
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or \
+        (isinstance(e, RuntimeError) and "can't allocate memory" in str(e))
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not raise again."""
     try:
-        args = build_parser().parse_args(argv)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (captured in a test)
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    debug = os.environ.get("RESLAB_DEBUG", "") not in ("", "0")
+    try:
+        args = _parser().parse_args(argv)
         status = args.func(args)
     except ReslabError as e:
         for line in e.lines():
-            print(f"reslab: error: {line}", file=sys.stderr)
+            _say(f"reslab: error: {line}")
         return 2
     except KeyboardInterrupt:
-        print("reslab: interrupted", file=sys.stderr)
+        _say("reslab: interrupted")
         return 130
+    except BrokenPipeError:  # the reader of stdout left (`reslab runs | head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE
+    except Exception as e:
+        if debug:
+            raise
+        if isinstance(e, OSError) and e.filename is not None:  # a path the system refused
+            _say(f"reslab: error: {e.filename}: {e.strerror or _first_line(e)}")
+            return 2
+        if _is_out_of_memory(e):
+            _say(f"reslab: error: out of memory ({_first_line(e)[:200]}); use a smaller model or batch")
+            return 1
+        what = f"{type(e).__name__}: {_first_line(e)}" if _first_line(e) else type(e).__name__
+        _say(f"reslab: internal error: {what} (set RESLAB_DEBUG=1 for the traceback; please report it)")
+        return 1
     return status or 0
 
 

@@ -93,21 +93,41 @@ class ModelConfig(Typed):
         return int(round(hidden))
 
 
+# Upper bounds far above any model reslab can train, so that a typo such as n_layer = 1000000 is one
+# line instead of minutes of building modules, or an allocation failure deep inside torch.
+MAX_SIZES = {
+    "vocab_size": 2**32,     # token shards hold uint32 ids
+    "n_layer": 10_000,       # DeepNet trained 1,000 layers
+    "n_head": 65_536,
+    "n_embd": 65_536,        # GPT-3 175B: 12,288
+    "block_size": 2**20,
+}
+MAX_MLP_RATIO = 1024.0
+MAX_HYPER_STREAMS = 64       # hyper-connections use n = 2..8
+MAX_SINKHORN_ITERS = 10_000
+
+
 def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
     """Errors that hold for every design: sizes, ranges, divisibility."""
     errors = []
-    for name in ("vocab_size", "n_layer", "n_head", "n_embd", "block_size"):
-        if getattr(cfg, name) < 1:
-            errors.append(f"{prefix}.{name}: must be a positive integer, got {getattr(cfg, name)}")
-    if cfg.n_head >= 1 and cfg.n_embd >= 1 and cfg.n_embd % cfg.n_head:
+    for name, most in MAX_SIZES.items():
+        value = getattr(cfg, name)
+        if value < 1:
+            errors.append(f"{prefix}.{name}: must be a positive integer, got {value}")
+        elif value > most:
+            errors.append(f"{prefix}.{name}: must be at most {most:,}, got {value:,}")
+    sizes_ok = all(1 <= getattr(cfg, n) <= MAX_SIZES[n] for n in ("n_head", "n_embd"))  # else said above
+    if sizes_ok and cfg.n_embd % cfg.n_head:
         errors.append(f"{prefix}.n_head: {cfg.n_head} heads do not divide n_embd={cfg.n_embd}; "
                       f"choose a divisor of {cfg.n_embd}")
-    elif cfg.pos == "rope" and cfg.n_head >= 1 and cfg.head_dim % 2:
+    elif sizes_ok and cfg.pos == "rope" and cfg.head_dim % 2:
         errors.append(f"{prefix}.pos: rope needs an even head size, got n_embd/n_head={cfg.head_dim}")
     if not 0.0 <= cfg.dropout < 1.0:
         errors.append(f"{prefix}.dropout: must be in [0, 1), got {cfg.dropout}")
-    if not cfg.mlp_ratio > 0:
-        errors.append(f"{prefix}.mlp_ratio: must be positive, got {cfg.mlp_ratio}")
+    if not 0 < cfg.mlp_ratio <= MAX_MLP_RATIO:
+        errors.append(f"{prefix}.mlp_ratio: must be in (0, {MAX_MLP_RATIO:g}], got {cfg.mlp_ratio}")
+    elif 1 <= cfg.n_embd <= MAX_SIZES["n_embd"] and cfg.mlp_hidden < 1:
+        errors.append(f"{prefix}.mlp_ratio: {cfg.mlp_ratio} * n_embd={cfg.n_embd} leaves the MLP no hidden unit")
     for name in ("norm_eps", "init_std", "rope_base", "resi_dual_scale", "dyt_alpha", "ngpt_alpha_init"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{prefix}.{name}: must be positive, got {getattr(cfg, name)}")
@@ -120,10 +140,23 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
         errors.append(f"{prefix}.prores_warmup: must be >= 0, got {cfg.prores_warmup}")
     if cfg.branch_scale_init is not None and not abs(cfg.branch_scale_init) < float("inf"):
         errors.append(f"{prefix}.branch_scale_init: must be a finite number, got {cfg.branch_scale_init}")
-    if cfg.hyper_streams < 1:
-        errors.append(f"{prefix}.hyper_streams: must be a positive integer, got {cfg.hyper_streams}")
-    if cfg.sinkhorn_iters < 1:
-        errors.append(f"{prefix}.sinkhorn_iters: must be a positive integer, got {cfg.sinkhorn_iters}")
+    if not 1 <= cfg.hyper_streams <= MAX_HYPER_STREAMS:
+        errors.append(f"{prefix}.hyper_streams: must be in 1..{MAX_HYPER_STREAMS}, got {cfg.hyper_streams}")
+    if not 1 <= cfg.sinkhorn_iters <= MAX_SINKHORN_ITERS:
+        errors.append(f"{prefix}.sinkhorn_iters: must be in 1..{MAX_SINKHORN_ITERS:,}, got {cfg.sinkhorn_iters}")
+    errors += _layer_design_keys(cfg, prefix)
+    return errors
+
+
+def _layer_design_keys(cfg: ModelConfig, prefix: str) -> list[str]:
+    """layer_designs keys are '3' or '1-4' in ASCII digits: str.isdigit() alone also takes '²', which
+    int() cannot read. (Their ranges and designs are checked by the registry.)"""
+    errors = []
+    for key in cfg.layer_designs:
+        lo, sep, hi = key.partition("-")
+        if not all(part.strip().isascii() and part.strip().isdigit() for part in ([lo, hi] if sep else [lo])):
+            errors.append(f"{prefix}.layer_designs.{key}: a layer or range of layers counted from 1 "
+                          f"('3' or '1-4'), got {key!r}")
     return errors
 
 

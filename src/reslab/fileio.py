@@ -40,18 +40,34 @@ def write_json(target: str | os.PathLike, obj) -> None:
     write_text(target, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def _read_user_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of a file the user named; a missing file, a folder, an unreadable file or
+    bad UTF-8 is one ReslabError naming the path."""
+    from .errors import ReslabError
+
+    p = check_path_text(path, what)
+    if p.is_dir():
+        raise ReslabError(f"{path}: is a folder, not a {what}")
+    if not p.is_file():
+        raise ReslabError(f"{path}: no such {what}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ReslabError(f"{path}: not UTF-8 text (invalid byte at offset {e.start})") from None
+    except OSError as e:
+        raise ReslabError(f"{path}: cannot be read ({e.strerror or e})") from None
+
+
 def read_toml(path: str | os.PathLike, what: str = "file") -> dict:
     """A TOML table from a user-supplied file; any problem is one ReslabError naming the file."""
     import tomllib
 
     from .errors import ReslabError
 
-    p = Path(path)
-    if not p.is_file():
-        raise ReslabError(f"{path}: no such {what}")
+    text = _read_user_text(path, what)
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise ReslabError(f"{path}: not valid TOML ({e})") from None
 
 
@@ -66,11 +82,66 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ReslabError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # e.g. [[[[...]]]] thousands deep
+        raise ReslabError(f"{path}: not valid JSON (nested too deeply)") from None
     except OSError as e:
         raise ReslabError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not isinstance(obj, dict):
         raise ReslabError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+# ---- output folders named by the user (--out, --store, ...) ----------------------------------------
+def check_path_text(path: str | os.PathLike, what: str) -> Path:
+    """A path string the operating system can take: not empty (that would mean the current folder)
+    and without NUL characters (which no file name can hold)."""
+    from .errors import ReslabError
+
+    text = os.fspath(path)
+    if not text:
+        raise ReslabError(f"{what}: an empty path")
+    if "\0" in text:
+        raise ReslabError(f"{what} {text!r}: a path cannot contain a NUL character")
+    return Path(text)
+
+
+def check_output_dir(path: str | os.PathLike, what: str) -> Path:
+    """Refuse, before anything is written, an output folder that cannot be used: an existing file,
+    a path under a file, a dangling link, or a place this process cannot create files in.
+    Nothing is left behind: the test of writability is a temporary file, created and removed in
+    the folder itself, or in the nearest existing folder above it when it does not exist yet
+    (os.access is no test: it says yes to root, and read-only mounts and /proc refuse root too)."""
+    from .errors import ReslabError
+
+    p = check_path_text(path, what)
+    if p.is_dir():
+        probe_dir = p
+    elif os.path.lexists(p):
+        kind = "a dangling symbolic link" if p.is_symlink() and not p.exists() else "a file"
+        raise ReslabError(f"{what} {path}: exists and is {kind}, not a folder")
+    else:
+        probe_dir = p.parent
+        while not probe_dir.is_dir():
+            if os.path.lexists(probe_dir):
+                raise ReslabError(f"{what} {path}: cannot be created: {probe_dir} is a file, not a folder")
+            probe_dir = probe_dir.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".reslab-write-test-", dir=probe_dir)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise ReslabError(f"{what} {path}: cannot write into {probe_dir} ({e.strerror or e})") from None
+    return p
+
+
+def check_not_a_file(path: str | os.PathLike, what: str) -> Path:
+    """A folder that is only read (a store to list, plan or report): it may be missing, never a file."""
+    from .errors import ReslabError
+
+    p = check_path_text(path, what)
+    if os.path.lexists(p) and not p.is_dir():
+        raise ReslabError(f"{what} {path}: exists and is not a folder")
+    return p
 
 
 class JsonlLog:
@@ -85,11 +156,13 @@ class JsonlLog:
         if not self.path.is_file():
             return []
         rows = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill
+            if isinstance(row, dict):  # every row reslab writes is an object; anything else is damage
+                rows.append(row)
         return rows
 
     def keep_only(self, keep) -> None:

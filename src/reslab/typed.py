@@ -7,11 +7,16 @@ list[T], dict[str, T], a plain dict (any table, checked elsewhere) and nested da
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, Union
 
 from .errors import ConfigError
+
+# Integers are stored in int64 (torch, numpy, SQLite, safetensors headers): a larger one is no count,
+# size or seed reslab can use, and would fail far from the config that named it.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 def _describe(tp: Any) -> str:
@@ -23,6 +28,12 @@ def _describe(tp: Any) -> str:
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
+
+
+def short_int(n: int) -> str:
+    """An integer for an error line: a 400-digit one as its first digits and its length."""
+    text = str(n)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
@@ -76,10 +87,18 @@ def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             errors.append(f"{path}: expected an integer, got {value!r}")
+        elif not INT_MIN <= value <= INT_MAX:
+            errors.append(f"{path}: {short_int(value)} is out of range; integers must fit in 64 bits")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             errors.append(f"{path}: expected a number, got {value!r}")
+            return value
+        if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+            errors.append(f"{path}: {short_int(value)} is out of range; write it as a float, e.g. 1e30")
+            return value
+        if not math.isfinite(value):  # TOML can write nan and inf; no reslab setting means either
+            errors.append(f"{path}: must be a finite number, got {value!r}")
             return value
         return float(value)
     if tp is str:
@@ -99,6 +118,9 @@ def _build(cls: type, data: dict, prefix: str, errors: list[str]) -> Any:
             errors.append(f"{path}: unknown key; allowed keys are {', '.join(sorted(fields))}")
             continue
         kwargs[key] = _check_value(hints[key], value, path, errors)
+    for name, f in fields.items():  # a field without a default must be given (else cls() raises TypeError)
+        if name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            errors.append(f"{prefix + '.' if prefix else ''}{name}: required")
     if errors:
         return None
     return cls(**kwargs)

@@ -64,7 +64,7 @@ def check(cfg: DataConfig, prefix: str = "data") -> list[str]:
         for name in ("hf_dataset", "hf_config", "hf_max_docs"):
             if getattr(cfg, name) is not None:
                 errors.append(f"{p}{name}: only used with corpus='hf', not {cfg.corpus!r}")
-    if cfg.hf_max_docs is not None and cfg.hf_max_docs < 1:
+    if cfg.corpus == "hf" and cfg.hf_max_docs is not None and cfg.hf_max_docs < 1:  # else: refused above
         errors.append(f"{p}hf_max_docs: must be a positive integer, got {cfg.hf_max_docs}")
     if not cfg.hf_text_field:
         errors.append(f"{p}hf_text_field: must name a column, got an empty string")
@@ -77,4 +77,11 @@ def check(cfg: DataConfig, prefix: str = "data") -> list[str]:
                       f"+ <|endoftext|> at least), got {cfg.bpe_vocab_size}")
     if not 0.0 < cfg.val_fraction < 1.0:
         errors.append(f"{p}val_fraction: must be in (0, 1), got {cfg.val_fraction}")
+    needed = {"path": cfg.corpus == "text", "tokenizer_path": cfg.tokenizer == "hf"}  # reported above
+    for name in ("path", "tokenizer_path", "cache_dir"):  # "" would silently mean the current folder
+        value = getattr(cfg, name)
+        if value == "" and not needed.get(name):
+            errors.append(f"{p}{name}: an empty path; give a path or leave {name} out")
+        elif value is not None and "\0" in value:
+            errors.append(f"{p}{name}: {value!r} contains a NUL character, which no path can hold")
     return errors

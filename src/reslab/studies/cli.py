@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 
 from ..errors import ReslabError
@@ -22,7 +24,7 @@ def _estimate_line(spec, scale: str, runs: int, jobs: int) -> str:
 
 def cmd_study_list(args) -> None:
     for name in study_names():
-        spec = load_study(name)
+        spec = _load(name)
         info = spec.study
         print(name)
         print(f"  question: {spec.question}")
@@ -39,31 +41,52 @@ def cmd_study_list(args) -> None:
             print(f"  scale {scale:<11} {cost}")
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(name: str):
+    return load_study(name)
+
+
+def _load(name: str):
+    """A built-in study's spec. Studies are package files, so each is parsed (and all its runs
+    validated) once per process; callers get their own copy."""
+    return copy.deepcopy(_parsed(_known(name)))
+
+
+def _known(name: str) -> str:
+    """A built-in study's name; a path (../presets/tiny) is no study, even if such a file exists."""
+    if name not in study_names():
+        raise ReslabError(f"unknown study {name!r}; choose one of {', '.join(study_names())} "
+                          "(see `reslab study list`)")
+    return name
+
+
 def cmd_study_spec(args) -> None:
-    sys.stdout.write(study_path(args.name).read_text())
+    sys.stdout.write(study_path(_known(args.name)).read_text())
 
 
 def cmd_study_run(args) -> int:
     from ..report.build import build_report
     from ..report.render import write_report
-    from ..sweep.cli import apply_run_options, store_root
+    from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
     from ..sweep.spec import expand
     from ..sweep.store import Store
 
-    spec = load_study(args.name)
-    scale = args.scale or (spec.default_scales or list(spec.scales))[0]
+    spec = _load(args.name)
+    scale = args.scale if args.scale is not None else (spec.default_scales or list(spec.scales))[0]
     if scale not in spec.scales:
         raise ReslabError(f"--scale {scale}: study {args.name!r} has scales {', '.join(spec.scales)}")
     if args.seeds is None and spec.study and spec.study.seeds.get(scale):
         args.seeds = spec.study.seeds[scale]
     spec = apply_run_options(spec, args)
     runs = expand(spec, [scale])
-    if args.jobs is not None and args.jobs < 1:
-        raise ReslabError(f"--jobs: must be at least 1, got {args.jobs}")
+    check_runs(runs, local=True)
+    root = writable_store(args)  # before the estimate line: a refused study prints one line only
     jobs = args.jobs or default_jobs(runs)
     print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
-    store = Store(store_root(args))
+    store = Store(root)
+    check_spec_record(store, spec.name)
+    check_run_folders(store)
     result = run_sweep(spec, store, jobs=jobs, scales=[scale], source=f"built-in study {args.name}",
                        stack=args.stack, stack_size=args.stack_size)
     report, out = build_report(store, spec.name, scale=scale)
@@ -93,7 +116,7 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def add_parsers(sub, parser_class) -> None:
-    from ..sweep.cli import add_run_options, add_stack_options
+    from ..sweep.cli import MAX_JOBS, add_run_options, add_stack_options, int_in
 
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
     ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
@@ -106,7 +129,8 @@ def add_parsers(sub, parser_class) -> None:
     run.add_argument("name")
     run.add_argument("--scale", help="tiny (CPU minutes) or paper (published setup, GPUs); default tiny")
     add_run_options(run)
-    run.add_argument("--jobs", type=int, help="parallel workers (default: one per GPU, else one per core)")
+    run.add_argument("--jobs", type=int_in("--jobs", 1, MAX_JOBS),
+                     help="parallel workers (default: one per GPU, else one per core)")
     add_stack_options(run)
     run.add_argument("--store", help="results store (default: $RESLAB_STORE or ./results)")
     run.set_defaults(func=cmd_study_run)

@@ -8,16 +8,14 @@
                      by default on GPUs only (--stack auto), up to --stack-size seeds per worker
     slurm executor:  one array task per run through submitit (see executors.py)
 
-Only this orchestrating process writes the index. Workers die with it (PR_SET_PDEATHSIG), and a
+Only this orchestrating process writes the index. Workers die with it (lifetime.py), and a
 run folder is locked while trained, so a killed-and-restarted sweep never trains a run twice at once.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from ..errors import ReslabError
 from ..progress import _duration
 from .spec import PlannedRun, SweepSpec, expand
 from ..train.run_folder import RunFolder
+from .lifetime import worker_popen_kwargs
 from .store import FINISHED, Store, run_row_from_folder
 from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
 
@@ -41,11 +40,6 @@ class SweepResult:
 
     def count(self, status: str) -> int:
         return sum(1 for s in self.statuses.values() if s == status)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills the worker if the sweep dies
 
 
 def cpu_count() -> int:
@@ -275,7 +269,7 @@ def _run_local(tasks: list[list], store: Store, jobs: int, gpus: int, view: Swee
                 logf = open(folders[0] / "worker.log", "ab")  # a stack logs into its first run's folder
                 proc = subprocess.Popen([sys.executable, "-m", "reslab.sweep.worker", *map(str, folders)],
                                         stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=_worker_env(slot, jobs, gpus), preexec_fn=_die_with_parent)
+                                        **worker_popen_kwargs(_worker_env(slot, jobs, gpus)))
                 running[slot] = (proc, task, time.time(), logf)
                 for run, folder in task:
                     store.upsert_run({"id": run.id, "path": str(folder), "status": "running"})

@@ -28,9 +28,11 @@ two different runs never share a folder.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ from typing import Optional
 
 from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
-from ..train.config import RunConfig, build_run_config, canonical, preset_path
+from ..train.config import RunConfig, build_run_config, canonical, preset_names, preset_path
 from ..typed import Typed, deep_merge, from_dict
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # spec, variant and scale names become folder names
@@ -165,9 +167,13 @@ RUNNER_FIXED = {"train": {"progress": "off", "threads": None}}
 
 def _check_overrides(table: dict, where: str, errors: list[str]) -> None:
     """Unknown keys and wrong types in one override table, reported at their path in the spec."""
+    at = f"{where}." if where else ""
     if "name" in table:
-        errors.append(f"{where}.name: a run's name is set by the sweep; remove it")
+        errors.append(f"{at}name: a run's name is set by the sweep; remove it")
         table = {k: v for k, v in table.items() if k != "name"}
+    if isinstance(table.get("train"), dict) and "seed" in table["train"]:  # expand() would overwrite it
+        errors.append(f"{at}train.seed: each run's seed comes from the spec's seeds (or --seeds); remove it")
+        table = dict(table, train={k: v for k, v in table["train"].items() if k != "seed"})
     try:
         from_dict(RunConfig, table, prefix=where)
     except ConfigError as e:
@@ -189,6 +195,14 @@ def _grid_points(grid: dict) -> list[tuple[dict, dict]]:
             overrides = deep_merge(overrides, table)
         points.append(({key: value for key, value, _ in combo}, overrides))
     return points
+
+
+def check_preset(name: str) -> Path:
+    """A built-in preset's file. Only its names are presets: '../studies/prores' is not one, even
+    though preset_path would find a file there."""
+    if name not in preset_names():
+        raise ReslabError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+    return preset_path(name)
 
 
 def _check_names(spec: SweepSpec, errors: list[str]) -> None:
@@ -225,7 +239,7 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
     for where, preset in [("preset", spec.preset)] + [(f"scale_presets.{k}", v) for k, v in spec.scale_presets.items()]:
         if preset is not None:
             try:
-                preset_path(preset)
+                check_preset(preset)
             except ReslabError as e:
                 errors.append(f"{where}: {e}")
     for scale, names in spec.scale_variants.items():
@@ -246,6 +260,7 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
                 if not NAME_RE.match(name) or not isinstance(table, dict):
                     errors.append(f"grid.{key}.{name}: a named grid point is a table of overrides with a "
                                   "name of letters, digits, '_', '.', '+' or '-'")
+    _check_numbers(spec, errors)
     _check_overrides(spec.base, "base", errors)
     _check_overrides(spec.overrides, "overrides", errors)
     for kind, tables in (("variants", spec.variants), ("scales", spec.scales)):
@@ -257,8 +272,54 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
                 if isinstance(table, dict):
                     _check_overrides(table, f"grid.{key}.{name}", errors)
         elif isinstance(values, list):
-            for i, v in enumerate(values):
-                _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", errors)
+            _check_axis_values(key, values, errors)
+
+
+def _check_axis_values(key: str, values: list, errors: list[str]) -> None:
+    """Each value of a dotted grid axis, as an override. A problem of the key itself (unknown, or
+    train.seed) is the same for every value: one line for the axis, not one per value."""
+    lines: dict[str, list] = {}
+    for i, v in enumerate(values):
+        found: list[str] = []
+        _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", found)
+        for line in found:
+            same = line.replace(f"grid[{key!r}][{i}]", f"grid[{key!r}]")
+            lines.setdefault(same, [line, 0])[1] += 1
+    errors += [first if n == 1 else f"{same} (all {n} values)" for same, (first, n) in lines.items()]
+
+
+MAX_RUNS = 100_000  # planned runs of one spec: more is a typo in a grid or seed list, and would hang planning
+
+
+def planned_count(spec: SweepSpec) -> int:
+    """How many runs the spec plans at most (every scale), counted without building any."""
+    points = math.prod(len(v) if isinstance(v, (list, dict)) else 1 for v in spec.grid.values())
+    return len(spec.seeds) * max(len(spec.scales), 1) * len(spec.variants) * points
+
+
+def _check_numbers(spec: SweepSpec, errors: list[str]) -> None:
+    """Counts and amounts of [slurm], [report] and [study] that only a positive (or non-negative)
+    value makes meaningful, and the spec's size."""
+    sl = spec.slurm
+    for name, value, least in (("time_min", sl.time_min, 1), ("gpus_per_run", sl.gpus_per_run, 0),
+                               ("cpus_per_task", sl.cpus_per_task, 1), ("mem_gb", sl.mem_gb, 1),
+                               ("max_parallel", sl.max_parallel, 1)):
+        if value is not None and value < least:
+            errors.append(f"slurm.{name}: must be >= {least}, got {value}")
+    if spec.report.collapse_margin < 0:
+        errors.append(f"report.collapse_margin: must be >= 0, got {spec.report.collapse_margin}")
+    if spec.study:
+        for scale, n in spec.study.seeds.items():
+            if not 1 <= n <= 1000:
+                errors.append(f"study.seeds.{scale}: must be in 1..1000, got {n}")
+        for scale, est in spec.study.estimates.items():
+            for name, value, least in (("runs", est.runs, 1), ("jobs", est.jobs, 1),
+                                       ("cpu_minutes", est.cpu_minutes, 0), ("gpu_hours", est.gpu_hours, 0)):
+                if value is not None and value < least:
+                    errors.append(f"study.estimates.{scale}.{name}: must be >= {least}, got {value}")
+    if planned_count(spec) > MAX_RUNS:
+        errors.append(f"the spec plans {planned_count(spec):,} runs (seeds x scales x variants x grid "
+                      f"points), more than {MAX_RUNS:,}; shorten its seeds, variants or grid")
 
 
 def parse_spec(data: dict, where: str = "spec") -> SweepSpec:
@@ -317,10 +378,25 @@ def with_overrides(spec: SweepSpec, overrides: dict, where: str = "--set") -> Sw
     return spec.replace(overrides=deep_merge(spec.overrides, overrides))
 
 
+def _runner_fixed(cfg: RunConfig) -> RunConfig:
+    """The config with RUNNER_FIXED's fields (progress, threads) as the runner sets them."""
+    return cfg.replace(train=dataclasses.replace(cfg.train, **RUNNER_FIXED["train"]))
+
+
+def _add_once(errors: list, seen: dict, line: str, field_path: str) -> None:
+    """One line per field, at its first run: an override that is wrong for every variant (a --set, a
+    base value) would otherwise repeat once per run; the others are counted on that line."""
+    if field_path in seen:
+        errors[seen[field_path]][1] += 1
+    else:
+        seen[field_path] = len(errors)
+        errors.append([line, 0])
+
+
 def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
     """Every planned run, seed-major (all variants of the first seed first, so a partly finished
     sweep already compares every variant). Raises ConfigError with every invalid combination."""
-    runs, errors, seen = [], [], set()
+    runs, errors, seen = [], [], {}  # seen: field path -> index of its line in errors
     for seed in spec.seeds:
         for scale in chosen_scales(spec, scales):
             preset_name = spec.scale_presets.get(scale, spec.preset)
@@ -332,24 +408,22 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                     data = deep_merge(deep_merge(preset, spec.base), spec.scales.get(scale, {}))
                     data = deep_merge(deep_merge(data, overrides), point_overrides)
                     data = deep_merge(data, spec.overrides)
-                    data = deep_merge(data, RUNNER_FIXED)
                     data = deep_merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]
                     data["name"] = f"{spec.name}/{run.label}"
                     at = f"variant {variant}" + (f", scale {scale}" if scale else "") + \
                          (f", grid {point}" if point else "")
-                    try:
-                        cfg = build_run_config(data, where=at)
+                    try:  # the spec's own train.threads / progress are checked, then the runner's replace them
+                        cfg = _runner_fixed(build_run_config(data, where=at))
                     except ConfigError as e:
                         for line in e.errors:
-                            problem = line.split(": ", 1)[1] if ": " in line else line
-                            if problem not in seen:  # one line per problem, at its first combination
-                                seen.add(problem)
-                                errors.append(f"{where}: {line}")
+                            inner = line[len(at) + 2:] if line.startswith(at + ": ") else line
+                            field_path = ".".join(inner.split(": ", 1)[0].split(".")[:2])  # table.field
+                            _add_once(errors, seen, f"{where}: {line}", field_path)
                         continue
                     runs.append(PlannedRun(spec.name, variant, scale, point, seed, cfg, run_identity(cfg)))
     if errors:
-        raise ConfigError(errors)
+        raise ConfigError([line + (f" (and {n} more runs)" if n else "") for line, n in errors])
     ids = [r.id for r in runs]
     if len(set(ids)) != len(ids):  # two variants that resolve to the same config
         dupes = sorted({r.label for r in runs if ids.count(r.id) > 1})

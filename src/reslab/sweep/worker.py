@@ -54,6 +54,9 @@ def run(*run_dirs: str | Path) -> int:
 
 
 def main() -> int:
+    from .lifetime import watch_parent
+
+    watch_parent()  # off Linux: exit when the sweep dies (on Linux the kernel does it)
     if len(sys.argv) < 2:
         print("usage: python -m reslab.sweep.worker RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2

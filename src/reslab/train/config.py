@@ -15,7 +15,7 @@ from ..data.config import DataConfig
 from ..data.config import check as check_data
 from ..errors import ConfigError, ReslabError
 from ..model.registry import resolve as resolve_model
-from ..typed import Typed, from_dict
+from ..typed import INT_MAX, Typed, from_dict
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -92,6 +92,11 @@ class RunConfig(Typed):
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)  # [diagnostics] table
 
 
+SEED_MAX = INT_MAX     # numpy's SeedSequence refuses negative seeds; torch's generators take 64 bits
+MAX_THREADS = 1024     # far above any CPU's cores; torch crashes on absurd thread counts (10**6)
+MAX_TOKENS = 2**31     # tokens held at once in one batch or the fixed evaluation set: beyond int32 indexing
+
+
 def _semantic_errors(cfg: RunConfig) -> list[str]:
     t, o = cfg.train, cfg.optim
     errors = []
@@ -100,12 +105,20 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
             errors.append(f"train.{name}: must be a positive integer, got {getattr(t, name)}")
     if t.eval_batch_size is not None and t.eval_batch_size < 1:
         errors.append(f"train.eval_batch_size: must be positive, got {t.eval_batch_size}")
+    errors += _token_budget_errors(cfg)
     if t.checkpoint_interval is not None and t.checkpoint_interval < 0:
         errors.append(f"train.checkpoint_interval: must be >= 0, got {t.checkpoint_interval}")
     if t.keep_checkpoints < 1:
         errors.append(f"train.keep_checkpoints: must be >= 1, got {t.keep_checkpoints}")
-    if t.threads is not None and t.threads < 1:
-        errors.append(f"train.threads: must be >= 1, got {t.threads}")
+    if t.threads is not None and not 1 <= t.threads <= MAX_THREADS:
+        errors.append(f"train.threads: must be in 1..{MAX_THREADS}, got {t.threads}")
+    for table, name in (("train", "seed"), ("train", "init_seed"), ("train", "data_seed"),
+                        ("train", "dropout_seed"), ("train", "eval_seed"), ("diagnostics", "seed")):
+        value = getattr(getattr(cfg, table), name)
+        if value is not None and not 0 <= value <= SEED_MAX:
+            errors.append(f"{table}.{name}: must be in 0..{SEED_MAX}, got {value}")
+    if t.nan_at_step is not None and t.nan_at_step < 0:
+        errors.append(f"train.nan_at_step: must be >= 0, got {t.nan_at_step}")
     if t.parallel == "fsdp" and cfg.diagnostics.enabled:
         errors.append("diagnostics.enabled: diagnostics read whole parameters and gradients, which FSDP "
                       "shards; use train.parallel = 'ddp' for a run with diagnostics")
@@ -114,8 +127,10 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
                       "shards; use train.parallel = 'ddp'")
     if not o.lr > 0:
         errors.append(f"optim.lr: must be positive, got {o.lr}")
-    if not 0 <= o.min_lr <= o.lr:
+    if o.lr > 0 and not 0 <= o.min_lr <= o.lr:
         errors.append(f"optim.min_lr: must be in [0, lr={o.lr}], got {o.min_lr}")
+    elif o.min_lr < 0:  # with a bad lr (its own line above) min_lr can still be wrong on its own
+        errors.append(f"optim.min_lr: must be >= 0, got {o.min_lr}")
     if o.warmup_steps < 0:
         errors.append(f"optim.warmup_steps: must be >= 0, got {o.warmup_steps}")
     if o.decay_steps is not None and o.decay_steps < 1:
@@ -125,8 +140,11 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
     for name in ("beta1", "beta2"):
         if not 0 <= getattr(o, name) < 1:
             errors.append(f"optim.{name}: must be in [0, 1), got {getattr(o, name)}")
-    if o.weight_decay < 0 or o.grad_clip < 0 or not o.eps > 0:
-        errors.append("optim: weight_decay and grad_clip must be >= 0 and eps > 0")
+    for name in ("weight_decay", "grad_clip"):
+        if getattr(o, name) < 0:
+            errors.append(f"optim.{name}: must be >= 0, got {getattr(o, name)}")
+    if not o.eps > 0:
+        errors.append(f"optim.eps: must be positive, got {o.eps}")
     # [diagnostics] (added with reslab/diagnostics)
     g = cfg.diagnostics
     if g.interval is not None and g.interval < 1:
@@ -137,6 +155,24 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"diagnostics.spike_window: must be >= 2, got {g.spike_window}")
     if not g.spike_threshold > 0:
         errors.append(f"diagnostics.spike_threshold: must be positive, got {g.spike_threshold}")
+    return errors
+
+
+def _token_budget_errors(cfg: RunConfig) -> list[str]:
+    """Batches too large to index: a typo like batch_size = 10**12 is refused here, not by a failed
+    allocation after the run folder exists. (Memory itself is the device's business.)"""
+    t, block = cfg.train, max(cfg.model.block_size, 1)
+    eval_batch = t.eval_batch_size or t.batch_size
+    eval_size = ("train.eval_batch_size", eval_batch, eval_batch * block, "one evaluation batch") \
+        if t.eval_batch_size is not None and eval_batch * block > MAX_TOKENS else \
+        ("train.eval_iters", t.eval_iters, t.eval_iters * eval_batch * block, "the evaluation batches")
+    sizes = (("train.batch_size", t.batch_size, t.batch_size * block, "one micro-batch"), eval_size,
+             ("diagnostics.batch_size", cfg.diagnostics.batch_size, cfg.diagnostics.batch_size * block,
+              "the diagnostic batch"))
+    errors = [f"{path}: {value:,} makes {what} {tokens:,} tokens of block_size {block}; at most 2^31 fit"
+              for path, value, tokens, what in sizes if value >= 1 and tokens > MAX_TOKENS]
+    if t.eval_batch_size is None and t.batch_size * block > MAX_TOKENS:
+        errors = [e for e in errors if not e.startswith("train.eval_iters")]  # batch_size's line says it
     return errors
 
 
@@ -158,20 +194,24 @@ def build_run_config(data: dict, where: str = "config") -> RunConfig:
     return cfg.replace(model=model)
 
 
-def canonical(config: dict, defaults: dict | None = None) -> dict:
-    """A run config (as a dict) reduced to the fields that differ from RunConfig's defaults, nested.
-    Run identities and resume checks use this form, so a field that a later reslab adds at its
-    default changes neither; a field whose default changed keeps its old explicit value and so
-    still makes a different run."""
+def canonical(config: dict, baseline: dict | None = None, defaults: dict | None = None) -> dict:
+    """A run config (as a dict) reduced to the fields that differ from the frozen identity baseline
+    (train/identity_defaults.py), nested. Run identities and resume checks use this form:
+    - a field that a later reslab adds at its default changes neither (it equals its baseline);
+    - a default that a later reslab changes makes a new run (the new value differs from the
+      frozen one, so it is kept), which trains in a new folder and leaves the old run as it was.
+    A field missing from the baseline is compared with its current default (`defaults`)."""
+    if baseline is None:
+        from .identity_defaults import BASELINE as baseline
     defaults = RunConfig().to_dict() if defaults is None else defaults
     out = {}
     for key, value in config.items():
-        default = defaults.get(key, _MISSING)
-        if isinstance(value, dict) and isinstance(default, dict) and default:
-            value = canonical(value, default)
+        reference = baseline[key] if key in baseline else defaults.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(reference, dict) and reference:
+            value = canonical(value, reference, defaults.get(key) if isinstance(defaults.get(key), dict) else {})
             if value:
                 out[key] = value
-        elif value != default:
+        elif value != reference:
             out[key] = value
     return out
 

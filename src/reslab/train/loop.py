@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from ..data.batches import EvalBatches, TrainBatches
 from ..diagnostics import Diagnostics, DiagnosticsFile, diagnostic_batch, spike_score
 from ..errors import ReslabError
 from ..model.gpt import GPT
-from ..model.io import load_weights
+from ..model.io import WEIGHTS, load_weights
 from ..progress import Progress
 from . import distributed
 from .checkpoint import (complete_checkpoints, load_optimizer_tensors, read_checkpoint, save_best,
@@ -119,7 +121,8 @@ def _resume(folder: RunFolder, resuming: bool, ckpt, model, optimizer, scaler, d
     if sharded:
         distributed.load_sharded_optimizer(model, optimizer, opt_tensors, state["param_groups"])
     else:
-        load_optimizer_tensors(optimizer, opt_tensors, state["param_groups"], str(path))
+        load_optimizer_tensors(optimizer, opt_tensors, state["param_groups"], str(path / "optimizer.safetensors"),
+                               groups_where=str(path / "state.json"))
     rngs = state["rng"]
     set_rng_state(rngs[d.rank] if d.rank < len(rngs) else rngs[0])
     if state.get("scaler"):
@@ -161,13 +164,16 @@ def _update(model, raw_model, optimizer, scaler, batches: TrainBatches, step: in
 def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
     """Train `cfg` into the run folder `out` (resuming from its last checkpoint if it has one).
     The folder is locked while training: a second process on the same run is refused."""
+    preflight(cfg)  # before the run folder exists, so a refused run leaves nothing behind
     rt = _runtime(cfg)
     folder = RunFolder(out)
     finished = False
     try:
+        data = _prepare_data(cfg, rt.dist, log)
+        check_splits(cfg, data)
         if rt.dist.main:
             folder.lock()
-        result = _train(cfg, rt, folder, log)
+        result = _train(cfg, rt, folder, log, data)
         finished = True
         return result
     finally:
@@ -175,16 +181,62 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
         distributed.teardown(rt.dist, finished)  # on every path, the early returns and failures too
 
 
-def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
-    t_cfg, o_cfg = cfg.train, cfg.optim
-    d, device, dtype, autocast = rt.dist, rt.device, rt.dtype, rt.autocast
+def preflight(cfg: RunConfig) -> None:
+    """What this machine must offer the run, checked before anything is written (also by sweeps
+    before they start workers): the device, its precision, a compiler for train.compile."""
+    device = _device(cfg)
+    _dtype(cfg, device)
+    problem = compiler_problem(device.type) if cfg.train.compile else None
+    if problem:
+        raise ReslabError(f"train.compile: {problem}; install one, or set train.compile = false")
 
-    # ---- data and model ---------------------------------------------------------------------------
+
+def compiler_problem(device_type: str) -> str | None:
+    """Why torch.compile could not build kernels here, or None. Looked for as inductor does, so the
+    run is refused before training instead of failing at its first step: CPU kernels are C++, built
+    by $CXX, else g++ (torch/_inductor/config.py cpp.cxx, which it can also install from conda when
+    TORCH_INDUCTOR_INSTALL_GXX is set); CUDA kernels are Triton's, whose launcher is built by $CC,
+    else gcc or clang (triton/runtime/build.py)."""
+    if device_type == "cuda":
+        found = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+        return None if found and shutil.which(found) else \
+            "torch.compile needs a C compiler for Triton on CUDA and found none ($CC, gcc, clang)"
+    if os.environ.get("TORCH_INDUCTOR_INSTALL_GXX"):
+        return None
+    cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(cxx):
+        return None
+    where = f"$CXX={cxx!r} is not an executable" if os.environ.get("CXX") else \
+        "$CXX is unset and g++ is not on PATH"
+    return f"torch.compile needs a C++ compiler for CPU kernels and found none ({where})"
+
+
+def _prepare_data(cfg: RunConfig, d: distributed.Dist, log):
     if not d.main:
         distributed.barrier(d)  # rank 0 prepares (or finds) the shards first; the others reuse them
     data = prepare_dataset(cfg.data, progress=d.main, log=log if d.main else (lambda *_: None))
     if d.main:
         distributed.barrier(d)
+    return data
+
+
+def check_splits(cfg: RunConfig, data) -> None:
+    """A batch is block_size + 1 consecutive tokens (inputs and shifted targets), so each split must
+    hold that many; otherwise the first batch would fail with the run folder already written."""
+    need = cfg.model.block_size + 1
+    for split, tokens in (("train", data.train), ("val", data.val)):
+        if len(tokens) < need:
+            count = f"{len(tokens):,} token{'s' * (len(tokens) != 1)}"
+            raise ReslabError(f"data: the {split} split has {count}, fewer than model.block_size + 1 = {need:,} "
+                              f"({data.folder}); use a longer corpus, another data.val_fraction or a smaller "
+                              "model.block_size")
+
+
+def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log, data) -> RunResult:
+    t_cfg, o_cfg = cfg.train, cfg.optim
+    d, device, dtype, autocast = rt.dist, rt.device, rt.dtype, rt.autocast
+
+    # ---- data and model ---------------------------------------------------------------------------
     model_cfg = cfg.model
     if model_cfg.vocab_size < data.vocab_size:
         model_cfg = model_cfg.replace(vocab_size=data.vocab_size)
@@ -201,7 +253,7 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log) -> RunResult:
     checkpoints = complete_checkpoints(folder.ckpt_dir)
     ckpt = (checkpoints[-1], *read_checkpoint(checkpoints[-1])) if checkpoints else None
     if ckpt:
-        load_weights(raw_model, ckpt[2], str(ckpt[0]))  # before wrapping: FSDP shards what it finds
+        load_weights(raw_model, ckpt[2], str(ckpt[0] / WEIGHTS))  # before wrapping: FSDP shards what it finds
     model = distributed.wrap(raw_model, d, device, t_cfg.parallel)
     sharded = distributed.sharded(d, t_cfg.parallel)
     optimizer = build_optimizer(raw_model, o_cfg, device.type)  # after wrapping: FSDP swaps parameters

@@ -13,12 +13,12 @@ checkpoint's step, so lines written after the last checkpoint of a killed run ar
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import time
 from pathlib import Path
+
+import filelock
 
 from ..errors import ReslabError
 from ..fileio import JsonlLog, write_json
@@ -36,21 +36,21 @@ class RunFolder:
         self.metrics_path = self.path / "metrics.jsonl"
         self.ckpt_dir = self.path / "checkpoints"
         self._metrics = JsonlLog(self.metrics_path)
-        self._lock_fd: int | None = None
+        self._lock: filelock.BaseFileLock | None = None
 
     # ---- one writer at a time ----
     def lock(self) -> None:
-        """Hold an exclusive lock on the folder for this process's life (released by the OS when it
-        ends, even by SIGKILL), so two processes never train the same run at once. Then delete what
-        a killed writer left half-written."""
+        """Hold an exclusive lock on the folder for this process's life, so two processes never
+        train the same run at once. The lock is the operating system's (flock on Linux and macOS,
+        LockFileEx on Windows, through `filelock`), so the OS releases it when the process ends,
+        even by SIGKILL. Then delete what a killed writer left half-written."""
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock = filelock.FileLock(self.path / ".lock", timeout=0, thread_local=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            lock.acquire()
+        except filelock.Timeout:
             raise FolderBusy(f"{self.path}: another process is training this run; wait for it to finish") from None
-        self._lock_fd = fd
+        self._lock = lock
         self.remove_partial_files()
 
     def remove_partial_files(self) -> int:
@@ -119,6 +119,6 @@ class RunFolder:
 
     def close(self) -> None:
         self._metrics.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor releases the lock
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
