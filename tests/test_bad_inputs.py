@@ -482,3 +482,21 @@ def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys):
     monkeypatch.setattr(cli_module, "_PARSER", None)
     rc, err = cli(capsys, "presets")
     assert rc == 141 and err == []
+
+
+def test_a_damaged_tokens_per_s_in_metrics_is_skipped_when_indexing(tmp_path):
+    """reindex reads metrics.jsonl rows a user (or a crash) may have damaged: a rate that is not a
+    positive number is left out of the median instead of raising."""
+    import json
+
+    from reslab.sweep.store import run_row_from_folder
+
+    run = tmp_path / "runs" / "r-abc"
+    run.mkdir(parents=True)
+    (run / "sweep.json").write_text(json.dumps({"id": "abc", "config": {"model": {"design": "pre-ln"}}}))
+    rows = [{"step": 1, "tokens_per_s": "fast"}, {"step": 2, "tokens_per_s": 100.0},
+            {"step": 3, "tokens_per_s": None}, {"step": 4, "tokens_per_s": True}, {"step": 5, "tokens_per_s": 300.0},
+            {"step": 6, "tokens_per_s": float("nan")}, {"step": 7, "tokens_per_s": 200.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = run_row_from_folder(run)
+    assert row["id"] == "abc" and row["tokens_per_s"] == 200.0

@@ -43,6 +43,10 @@ RUN_COLUMNS = ("id", "path", "label", "design", "status", "error", "step", "step
 FINISHED = ("completed", "diverged")   # a rerun of the spec skips these; "failed" runs are retried
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def run_row_from_folder(run_dir: Path) -> dict | None:
     """The index row of one run folder from its sweep.json / config.json / status.json and metrics."""
     from ..fileio import JsonlLog
@@ -54,7 +58,8 @@ def run_row_from_folder(run_dir: Path) -> dict | None:
     status = RunFolder(run_dir).read_status()
     cfg = meta.get("config", {})
     params = (status.get("params") or {}).get("total")
-    rates = [r["tokens_per_s"] for r in JsonlLog(run_dir / "metrics.jsonl").read() if r.get("tokens_per_s")]
+    rates = [r["tokens_per_s"] for r in JsonlLog(run_dir / "metrics.jsonl").read()
+             if isinstance(r, dict) and _is_number(r.get("tokens_per_s"))]  # a damaged row is skipped, not fatal
     return {
         "id": meta["id"], "path": str(run_dir), "label": run_dir.name.rsplit("-", 1)[0],
         "design": cfg.get("model", {}).get("design"), "status": status.get("status", "pending"),
