@@ -85,7 +85,7 @@ def test_diverged_collapsed_and_missing_runs_are_shown(store, tmp_path):
     rows = {r["variant"]: r for r in report["table"]}
     assert rows["attn-only"]["diverged"] == 1 and rows["attn-only"]["n"] == 2
     assert rows["attn-only"]["collapsed"] == 1   # seed 3 at 3.30 is within 0.1 of none's mean 3.35
-    assert rows["full"]["collapsed"] == 0 and rows["none"]["collapsed"] == 3  # none: near the unigram entropy
+    assert rows["full"]["collapsed"] == 0 and rows["none"]["collapsed"] == 3  # none: above the unigram level
     assert rows["ffn-only"]["collapsed"] == 1
     missing = sorted((m["variant"], m["seed"]) for m in report["missing"])
     assert missing == [("ffn-only", 2), ("ffn-only", 3)]  # a diverged run is a result, not missing
@@ -93,6 +93,12 @@ def test_diverged_collapsed_and_missing_runs_are_shown(store, tmp_path):
     diverged = [r for r in report["runs"] if r["status"] == "diverged"]
     assert [(r["variant"], r["seed"]) for r in diverged] == [("attn-only", 2)]
     assert "no-skip" in report["collapse_rule"] and "0.1" in report["collapse_rule"]
+    # the generated corpus: unigram level 3.0756, bigram 1.6686 nats (tests/test_reference_levels.py
+    # checks the counting); full (mean 1.5033) learned beyond bigram, the others did not
+    assert report["reference"]["unigram"] < 3.34 - 0.1 and 1.5033 < report["reference"]["bigram"] < 2.45
+    assert {v: r["not_learned_beyond_bigram"] for v, r in rows.items()} == {
+        "full": False, "attn-only": True, "ffn-only": True, "none": True}
+    assert rows["full"]["below_bigram"] == pytest.approx(report["reference"]["bigram"] - (1.50 + 1.52 + 1.49) / 3)
     md = render_markdown(report)
     assert "Missing runs" in md and "ffn-only" in md and "diverged" in md
     assert "1.475" in md and "study 000" in md  # the published number, labelled

@@ -237,6 +237,31 @@ def test_markdown_tolerates_minimal_report():
     assert render.check_html(html_text) == []
 
 
+def test_reference_levels_and_smoke_scale_from_the_dict(report_folder):
+    report, _ = report_folder
+    assert "Reference levels" not in render.render_markdown(report)  # a report from before the levels
+    report["reference"] = {"unigram": 3.3473, "bigram": 2.4857, "method": "count models", "train_tokens": 10,
+                           "val_tokens": 5}
+    report["table"][0].update(below_bigram=2.4857 - 2.61, not_learned_beyond_bigram=True)
+    report["table"][2].update(below_bigram=0.25, not_learned_beyond_bigram=False)
+    report["runs"][0]["not_learned_beyond_bigram"] = True
+    md = render.render_markdown(report)
+    assert "| below bigram | Δ vs baseline |" in md
+    assert "| 13.60 | -0.1243 (not learned beyond bigram) | baseline |" in md
+    assert "| 16.50 | +0.2500 | +0.1950 (+7.47%) |" in md
+    assert "| 15.00 | — | +0.1000 (+3.83%) |" in md  # no value: no mark
+    assert "2.6000 (not learned beyond bigram)" in md
+    assert "Reference levels: unigram 3.3473 nats, bigram 2.4857 nats: the count models." in md
+    assert "0.0247" in md  # a result: the p-value shows
+    # no is_result key: the scale decides (build.is_result_scale), and smoke hides every test
+    report["spec"]["scale"] = "smoke"
+    md = render.render_markdown(report)
+    assert md.split("\n\n")[1].startswith("smoke: not a result")
+    assert "0.0247" not in md and "1.23" not in md and "paired t" not in md
+    report["is_result"] = True  # an explicit flag wins
+    assert "0.0247" in render.render_markdown(report)
+
+
 # ---- HTML --------------------------------------------------------------------------------------
 def test_html_self_contained(report_folder):
     report, folder = report_folder

@@ -265,6 +265,8 @@ def test_collapse_rule_text():
     assert "0.1 nats" in no_entropy and "noskip" in no_entropy and "entropy" not in no_entropy
     no_variant = collapse_rule_text(0.1, 2.5, None)
     assert "2.500 nats" in no_variant and "no-skip" not in no_variant
+    assert "the unigram level of the data" in full and "the unigram level of the data" in no_variant
+    assert collapse_rule_text(0.1, None, None).startswith("no collapse rule applied")
     assert "{" not in COLLAPSE_RULE_TEXT.format(margin=0.1, entropy=2.5)
 
 

@@ -209,7 +209,7 @@ def cmd_data_prepare(args) -> None:
         check_output_dir(args.out, "--out")
     if args.out is None or cfg.data.cache_dir is not None:  # downloads go to the cache even with --out
         check_data_cache(cfg)
-    prepared = prepare_dataset(cfg.data, out_dir=args.out, progress=True,
+    prepared = prepare_dataset(cfg.data, out_dir=args.out, progress=True, reference=True,
                                log=lambda msg: print(msg, file=sys.stderr))
     print(json.dumps(prepared.meta, indent=2))
 

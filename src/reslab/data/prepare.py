@@ -2,7 +2,9 @@
 
 A prepared folder holds train.bin, val.bin (reslab token shards), tokenizer.json (reslab's
 tokenizer format) and meta.json. meta.json is written last: its presence marks the folder complete,
-and a folder without it is rebuilt. The default folder is <cache_dir>/prepared/<corpus>-<tokenizer>-<key>,
+and a folder without it is rebuilt. reference.json (the unigram and bigram reference levels,
+reference.py) is added the first time something asks for them (`reslab data prepare`, a report).
+The default folder is <cache_dir>/prepared/<corpus>-<tokenizer>-<key>,
 where key hashes everything that changes the tokens (corpus text SHA-256, tokenizer settings,
 val_fraction), so a changed input gets a new folder and an unchanged one is reused without tokenizing.
 
@@ -57,9 +59,24 @@ class PreparedData:
 
 
 def prepare_dataset(cfg: DataConfig, out_dir: Optional[str | Path] = None, progress: bool = True,
-                    log=print, stream: Optional[StreamOptions] = None) -> PreparedData:
+                    log=print, stream: Optional[StreamOptions] = None, reference: bool = False) -> PreparedData:
     """The prepared dataset cfg describes: reused from its folder when complete, else built there.
-    `stream` tunes the streamed preparation of corpus='hf' (memory bound, commit interval)."""
+    `stream` tunes the streamed preparation of corpus='hf' (memory bound, commit interval).
+    `reference` also counts (or reads) the unigram and bigram reference levels (reference.py),
+    caches them in the folder and logs them in one line; off by default, so training, which never
+    needs them, pays nothing."""
+    data = _prepare(cfg, out_dir, progress, log, stream)
+    if reference:
+        from .reference import levels_line, reference_levels
+
+        try:
+            log(levels_line(reference_levels(data, log=log)))
+        except ReslabError as e:  # the data is prepared and usable; only its levels are missing
+            log(f"data: reference levels not available: {e}")
+    return data
+
+
+def _prepare(cfg: DataConfig, out_dir, progress: bool, log, stream) -> PreparedData:
     errors = check(cfg)
     if errors:
         raise ConfigError(errors)

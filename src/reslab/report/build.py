@@ -6,6 +6,26 @@ numbers, missing runs, figures; then render it (render.py) into one folder.
                never averaged; failed / unfinished runs are listed as missing
     tests      each row against the baseline: paired t-test when both ran the same seeds (same init
                and data order), Welch otherwise; Holm's correction across the rows (stats.py)
+    reference  the unigram and bigram levels of the runs' data (reslab.data.reference, cached in the
+               prepared folder): report["reference"] is that dict (None when the data cannot be
+               read, report["reference_error"] then says why); each row's "below_bigram" is the
+               bigram level minus its mean best val loss (positive = learned beyond bigram counts),
+               and a row (or run) at or above the bigram level is flagged
+               "not_learned_beyond_bigram". The collapse rule uses the unigram level, also kept as
+               report["unigram_entropy"] for older callers.
+    smoke      a scale named "smoke" is reserved for pipeline tests and is never a result
+               (is_result_scale): the title says "smoke: not a result", report["is_result"] is
+               False, no row carries a test or p-value, and report["claims"] is [].
+
+cells, what build_report hands to the claims (claims.evaluate_claims) and learning-rate
+(tuning.lr_section) sections: a list with one entry per table row, in table order,
+    {"variant": the spec's variant name, "grid": the row's grid point as a dict ({} without a grid,
+     e.g. {"optim.lr": 0.001}), "row": the row's name as in the table,
+     "runs": [{"seed": int, "status": str, "best_val_loss": float | None,
+               "final_val_loss": float | None, "path": str (the run folder)}]}
+where runs lists the row's runs that have a folder in the store (completed, diverged, failed or
+unfinished; planned runs never started are only in report["missing"]); a loss that is missing or
+not finite is None.
 """
 
 from __future__ import annotations
@@ -27,7 +47,14 @@ FIGURES = (("val_loss.png", "Validation loss", plots.plot_val_loss),
            ("layer0_grad.png", "Layer-0 gradient norm (diagnostics)", plots.plot_layer0_grad),
            ("hidden_growth.png", "Hidden-state growth per layer (diagnostics)", plots.plot_hidden_growth),
            ("prores_alpha.png", "ProRes alpha per layer", plots.plot_prores_alpha))
-UNIGRAM_TOKENS = 10_000_000  # the unigram entropy is estimated on at most this many training tokens
+SMOKE_SCALE = "smoke"  # reserved for pipeline tests: never a result
+NOT_A_RESULT = "smoke: not a result"
+
+
+def is_result_scale(scale: str | None) -> bool:
+    """Whether a report at this scale may state results (tests, p-values, verdicts). The one place
+    that rule lives: the smoke scale only checks that the pipeline runs end to end."""
+    return scale != SMOKE_SCALE
 
 
 def row_name(member: dict) -> str:
@@ -36,18 +63,26 @@ def row_name(member: dict) -> str:
                                            else f"{k.rsplit('.', 1)[-1]}={v}" for k, v in grid.items()])
 
 
-def _unigram_entropy(config: dict) -> tuple[float | None, dict]:
-    """Unigram entropy (nats) of the training split of a run's data, and the data's meta."""
+def _reference(config: dict) -> tuple[dict | None, dict, str | None]:
+    """(reference levels, data meta, None) of a run's data, or (None, meta or {}, why not)."""
     from ..data import prepare_dataset
     from ..data.config import DataConfig
+    from ..data.reference import reference_levels
     from ..typed import from_dict
 
     try:
         data = prepare_dataset(from_dict(DataConfig, config["data"]), progress=False, log=lambda *_: None)
-    except (ReslabError, OSError):
-        return None, {}
-    tokens = np.asarray(data.train[:UNIGRAM_TOKENS])
-    return stats.unigram_entropy(np.bincount(tokens, minlength=data.vocab_size)), data.meta
+    except (ReslabError, OSError, KeyError, TypeError) as e:
+        return None, {}, f"the runs' data could not be prepared ({_one_line(e)})"
+    try:
+        return reference_levels(data), data.meta, None
+    except (ReslabError, OSError) as e:
+        return None, data.meta, _one_line(e)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
 
 
 def _finite(x) -> bool:
@@ -90,15 +125,21 @@ def _table_row(name: str, runs: list[dict], planned: int, is_baseline: bool) -> 
     return {"variant": name, "n": best["n"], "n_planned": planned, "best": best, "final": final,
             "ppl": stats.perplexity(best["mean"]), "diff": None, "diff_pct": None, "test": None,
             "collapsed": 0, "diverged": sum(r["status"] == "diverged" for r in runs),
-            "failed": sum(r["status"] == "failed" for r in runs), "is_baseline": is_baseline, "extra": extra}
+            "failed": sum(r["status"] == "failed" for r in runs), "is_baseline": is_baseline,
+            "below_bigram": None, "not_learned_beyond_bigram": False, "extra": extra}
 
 
 def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir: str | Path | None = None,
                  probe: bool = True) -> tuple[dict, Path]:
     """The report dict of one sweep at one scale, with its figures drawn into out_dir."""
+    # imported here, not at the top: those sections may import this module (is_result_scale)
+    from .claims import evaluate_claims
+    from .tuning import lr_section
+
     record = store.load_spec_record(spec_name)
     spec = record["spec"]
     scale = _choose_scale(record, scale)
+    is_result = is_result_scale(scale)
     out = Path(out_dir) if out_dir else store.root / "reports" / (spec_name + (f"-{scale}" if scale else ""))
     out.mkdir(parents=True, exist_ok=True)
     index = _index_rows(store, spec_name)
@@ -123,11 +164,15 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     baseline = spec.get("baseline")
     table = [_table_row(n, rs, sum(1 for m in planned if row_name(m) == n), row_key[n][0] == baseline)
              for n, rs in by_row.items()]
-    _compare_to_baseline(table, by_row, row_key, baseline)
+    _compare_to_baseline(table, by_row, row_key, baseline, tests=is_result)
+    _add_tuned_values(table, row_key, record, scale)
 
-    # collapse: within a margin of the no-skip variant's mean, or of the unigram entropy
     opts = spec.get("report", {})
-    entropy, data_meta = _unigram_entropy(json.loads(next(iter(index.values()))["config"])) if index else (None, {})
+    reference, data_meta, reference_error, data_of = _reference_for(by_row)
+    _bigram_flags(table, by_row, reference, data_of)
+
+    # collapse: within a margin of the no-skip variant's mean, or of the unigram level
+    unigram = reference["unigram"] if reference else None
     no_skip = opts.get("no_skip")
     no_skip_mean = {row_key[t["variant"]][1]: t["best"]["mean"] for t in table
                     if row_key[t["variant"]][0] == no_skip}  # grid point -> the no-skip variant's mean there
@@ -137,16 +182,26 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         for r in by_row[t["variant"]]:
             ref = None if variant == no_skip else no_skip_mean.get(grid)
             r["collapsed"] = (r["status"] == "completed" and _finite(r["best_val_loss"])
-                              and stats.is_collapsed(r["best_val_loss"], ref, entropy, margin))
+                              and stats.is_collapsed(r["best_val_loss"], ref, unigram, margin))
             t["collapsed"] += r["collapsed"]
+            r["not_learned_beyond_bigram"] = bool(r.get("not_learned_beyond_bigram"))  # False: no levels
             run_list.append({k: r.get(k) for k in ("id", "variant", "seed", "status", "best_val_loss",
-                                                  "final_val_loss", "collapsed", "error")})
+                                                  "final_val_loss", "collapsed", "not_learned_beyond_bigram",
+                                                  "error")})
+
+    cells = [{"variant": row_key[name][0], "grid": json.loads(row_key[name][1]), "row": name,
+              "runs": [{"seed": r["seed"], "status": r["status"],
+                        "best_val_loss": r["best_val_loss"] if _finite(r.get("best_val_loss")) else None,
+                        "final_val_loss": r["final_val_loss"] if _finite(r.get("final_val_loss")) else None,
+                        "path": r["path"]} for r in rs]}
+             for name, rs in by_row.items()]
 
     colors = plots.variant_colors(list(by_row))
     plot_runs = [dict(r, path=r["path"]) for rs in by_row.values() for r in rs]
     figures = []
     for file, title, draw in FIGURES:
-        if draw(plot_runs, colors, out / file):
+        extra = {"reference": reference} if draw is plots.plot_val_loss else {}
+        if draw(plot_runs, colors, out / file, **extra):
             figures.append({"title": title, "file": file})
         else:
             (out / file).unlink(missing_ok=True)  # a stale figure from an earlier report
@@ -163,29 +218,91 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     if probe and opts.get("probe"):
         figures += _probe_section(opts["probe"], out, notes)
 
+    lr = lr_section(spec, store, spec_name, scale, cells, out)
+    if lr:
+        figures += list(lr.get("figures") or [])
+    title = f"{spec_name}" + (f" ({scale} scale)" if scale else "")
     report = {
-        "title": f"{spec_name}" + (f" ({scale} scale)" if scale else ""),
+        "title": title if is_result else f"{title} — {NOT_A_RESULT}",
+        "is_result": is_result,
         "spec": {"name": spec_name, "description": spec.get("description", ""), "question": spec.get("question", ""),
                  "scale": scale, "baseline": baseline, "seeds": spec.get("seeds", [])},
         "generated": f"{time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this machine'} "
                      f"({platform.processor() or platform.machine()})",
-        "collapse_rule": stats.collapse_rule_text(margin, entropy, no_skip),
-        "unigram_entropy": entropy,
+        # the no-skip variant is named only where it ran at this scale (a scale may leave it out)
+        "collapse_rule": stats.collapse_rule_text(margin, unigram, no_skip if no_skip_mean else None),
+        "reference": reference,
+        "reference_error": reference_error,
+        "unigram_entropy": unigram,  # the unigram level, under the name older callers read
         "table": table,
+        "lr": lr,
+        "claims": evaluate_claims(spec.get("claims", []), cells, reference, scale) if is_result else [],
         "published": [dict(p) for p in opts.get("published", [])],
         "runs": run_list, "missing": missing, "notes": notes, "figures": figures,
     }
     return report, out
 
 
-def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baseline: str | None) -> None:
-    """Each row against the baseline variant at the same grid point; Holm over all comparisons."""
+def _reference_for(by_row: dict[str, list[dict]]) -> tuple[dict | None, dict, str | None, dict]:
+    """(levels, data meta, why there are none, row -> whether its runs train on the levels' data).
+    The levels are those of the first run's data; a row whose runs use other data gets none."""
+    configs = {name: [json.loads(r["config"]) for r in rs if r.get("config")] for name, rs in by_row.items()}
+    first = next((c for cs in configs.values() for c in cs), None)
+    if first is None:
+        return None, {}, "no run of this scale has been recorded yet", {}
+    reference, meta, error = _reference(first)
+
+    def same_data(c: dict) -> bool:  # where the tokens are cached does not change them
+        strip = lambda d: {k: v for k, v in (d or {}).items() if k != "cache_dir"}  # noqa: E731
+        return strip(c.get("data")) == strip(first.get("data"))
+
+    data_of = {name: bool(cs) and all(same_data(c) for c in cs) for name, cs in configs.items()}
+    if reference and not all(data_of.values()):
+        reference = dict(reference, note="the rows use different data; these levels are those of "
+                                         + ", ".join(n for n, ok in data_of.items() if ok)
+                                         + " and the other rows get no below-bigram value")
+    return reference, meta, error, data_of
+
+
+def _bigram_flags(table: list[dict], by_row: dict, reference: dict | None, data_of: dict) -> None:
+    """Each row's distance below the bigram level, and the rows and runs not below it."""
+    if not reference:
+        return
+    bigram = reference["bigram"]
+    for t in table:
+        if not data_of.get(t["variant"]):
+            continue
+        mean = t["best"]["mean"]
+        if _finite(mean):
+            t["below_bigram"] = bigram - mean
+            t["not_learned_beyond_bigram"] = mean >= bigram
+        for r in by_row[t["variant"]]:
+            r["not_learned_beyond_bigram"] = (r["status"] == "completed" and _finite(r["best_val_loss"])
+                                              and r["best_val_loss"] >= bigram)
+
+
+def _add_tuned_values(table: list[dict], row_key: dict, record: dict, scale: str) -> None:
+    """Each row's own value of the tuned axis ([tune]) as a column, so the comparison says at which
+    learning rate each design ran."""
+    for choice in record.get("tuned") or []:
+        if not isinstance(choice, dict) or choice.get("scale") != scale or choice.get("value") is None:
+            continue
+        key = (choice.get("variant"), json.dumps(choice.get("grid") or {}, sort_keys=True))
+        for t in table:
+            if row_key[t["variant"]] == key:
+                t["extra"][f"{str(choice.get('axis', 'value')).rsplit('.', 1)[-1]} (tuned)"] = choice["value"]
+
+
+def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baseline: str | None,
+                         tests: bool = True) -> None:
+    """Each row against the baseline variant at the same grid point; Holm over all comparisons.
+    With tests=False (a scale that is no result) only the differences are kept: no test, no p."""
     def values(name):
         return {r["seed"]: r["best_val_loss"] for r in by_row[name]
                 if r["status"] == "completed" and _finite(r["best_val_loss"])}
 
     base_row = {grid: name for name, (variant, grid) in row_key.items() if variant == baseline}
-    tests = {}
+    pvalues = {}
     for t in table:
         base_name = base_row.get(row_key[t["variant"]][1])
         if t["is_baseline"] or base_name is None:
@@ -193,9 +310,11 @@ def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baselin
         base, other = values(base_name), values(t["variant"])
         if base and other:
             result = stats.compare(base, other)
-            t.update(diff=result["diff"], diff_pct=result["diff_pct"], test=result)
-            tests[t["variant"]] = result["p"]
-    for name, p in stats.holm(tests).items():
+            t.update(diff=result["diff"], diff_pct=result["diff_pct"], test=result if tests else None)
+            pvalues[t["variant"]] = result["p"]
+    if not tests:
+        return
+    for name, p in stats.holm(pvalues).items():
         row = next(t for t in table if t["variant"] == name)
         row["test"]["p_holm"] = p
 

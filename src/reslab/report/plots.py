@@ -173,19 +173,24 @@ def spike_indices(values, window: int = 1000, threshold: float = 7.0) -> list[in
 
 
 # ---- the figures -------------------------------------------------------------------------------
-def plot_val_loss(runs: list[dict], colors: dict[str, str], path, title: str | None = None) -> bool:
-    """Validation loss vs step: per variant the mean over its non-diverged seeds at the steps they
-    all share (thick line) with a min-max band, every seed thin; a diverged run ends in an x."""
+REFERENCE_LINES = (("bigram", "#444444"), ("unigram", "#999999"))  # (level, line colour)
+
+
+def val_loss_figure(runs: list[dict], colors: dict[str, str], title: str | None = None,
+                    reference: dict | None = None) -> Figure | None:
+    """The figure of plot_val_loss (None without data), unsaved, so its axes can be inspected."""
     groups = _grouped(runs, colors, lambda r: _series(_rows(r, METRICS_FILE), "val_loss"))
     if not groups:
-        return False
+        return None
     fig, ax = _new(title or "Validation loss (line: mean over seeds; band: min–max over seeds)",
                    STEP_LABEL, "val loss (nats/token)")
     any_div = False
+    plotted: list[np.ndarray] = []
     for variant, items in groups.items():
         c = _color(colors, variant)
         for run, (steps, vals) in items:
             ax.plot(steps, vals, color=c, lw=0.8, alpha=0.35)
+            plotted.append(vals)
             if run.get("status") == "diverged":
                 ax.plot(steps[-1], vals[-1], "x", color=c, ms=9, mew=2)
                 any_div = True
@@ -199,8 +204,30 @@ def plot_val_loss(runs: list[dict], colors: dict[str, str], path, title: str | N
             ax.fill_between(steps, lo, hi, color=c, alpha=0.15, lw=0)
     if any_div:
         ax.plot([], [], "x", color="0.3", ms=8, mew=2, label="diverged (last logged value)")
-    _legend(ax, len(groups) + any_div)
-    return _save(fig, path)
+    levels = [(name, float(reference[name]), color) for name, color in REFERENCE_LINES
+              if reference and _finite(reference.get(name))]
+    for name, level, color in levels:
+        ax.axhline(level, color=color, ls="--", lw=1.3, zorder=1.5,
+                   label=f"{name} level {level:.3f} (count model)")
+    if levels:
+        # the y range spans the curves and both levels, so a curve that starts at 4.2 and ends
+        # near 1.5 still shows the levels between, and a level beyond the curves is not cut off
+        ys = np.concatenate(plotted + [np.array([lv for _, lv, _ in levels])])
+        lo, hi = float(ys.min()), float(ys.max())
+        pad = 0.04 * (hi - lo) if hi > lo else 0.05
+        ax.set_ylim(lo - pad, hi + pad)
+    _legend(ax, len(groups) + any_div + len(levels))
+    return fig
+
+
+def plot_val_loss(runs: list[dict], colors: dict[str, str], path, title: str | None = None,
+                  reference: dict | None = None) -> bool:
+    """Validation loss vs step: per variant the mean over its non-diverged seeds at the steps they
+    all share (thick line) with a min-max band, every seed thin; a diverged run ends in an x. With
+    `reference` (reslab.data.reference levels) the unigram and bigram levels are labelled dashed
+    horizontal lines."""
+    fig = val_loss_figure(runs, colors, title, reference)
+    return False if fig is None else _save(fig, path)
 
 
 def plot_train_loss_spikes(runs: list[dict], colors: dict[str, str], path, window: int = 1000,

@@ -2,12 +2,17 @@
 
 Both renderers walk the same list of blocks (_blocks), so the two documents carry the same content.
 The report dict (JSON-serializable; optional keys may be missing):
-    title, spec {name, description, scale, baseline, seeds}, generated, collapse_rule,
+    title, is_result (False at the smoke scale: build.is_result_scale), spec {name, description,
+    scale, baseline, seeds}, generated, collapse_rule,
+    reference {unigram, bigram, method, train_tokens, val_tokens[, note]} | None, reference_error,
     table [{variant, n, n_planned, best {n, mean, std, ci_low, ci_high, values}, final {...}, ppl,
             diff, diff_pct, test {test, t, p, p_holm, df, hedges_g, note} | None, collapsed,
-            diverged, failed, is_baseline, extra {column: value}}],
+            diverged, failed, is_baseline, below_bigram, not_learned_beyond_bigram,
+            extra {column: value}}],
+    lr (tuning.lr_section) | None, claims [...] (claims.evaluate_claims),
     published [{variant, value, metric, source, setup}],
-    runs [{id, variant, seed, status, best_val_loss, final_val_loss, collapsed, error}],
+    runs [{id, variant, seed, status, best_val_loss, final_val_loss, collapsed,
+           not_learned_beyond_bigram, error}],
     missing [{variant, seed, scale, reason}], notes [str], figures [{title, file}]
 Number formats: losses 4 decimals, p 3 significant digits, Hedges' g 2 decimals, None as "—".
 """
@@ -91,6 +96,25 @@ def _ppl(x) -> str:
     return DASH if v is None else f"{v:.2f}"
 
 
+NOT_BEYOND_BIGRAM = "not learned beyond bigram"
+
+
+def _below_bigram(row: dict) -> str:
+    v = _num(row.get("below_bigram"))
+    if v is None:
+        return DASH
+    return f"{v:+.4f}" + (f" ({NOT_BEYOND_BIGRAM})" if row.get("not_learned_beyond_bigram") else "")
+
+
+def is_result(report: dict) -> bool:
+    """Whether the report may state results: its is_result, else the rule of its scale."""
+    if isinstance(report.get("is_result"), bool):
+        return report["is_result"]
+    from .build import is_result_scale  # here: build imports the sections that may import render
+
+    return is_result_scale((report.get("spec") or {}).get("scale"))
+
+
 def _diff(row: dict) -> str:
     if row.get("is_baseline"):
         return "baseline"
@@ -106,20 +130,21 @@ def _main_table(report: dict) -> tuple:
     rows = report.get("table") or []
     extra_cols = list(dict.fromkeys(k for r in rows for k in (r.get("extra") or {})))
     headers = ["variant", "seeds (n/planned)", "best val loss (mean ± std)", "95% t-interval",
-               "ppl", "Δ vs baseline", "test", "p (Holm)", "Hedges' g",
+               "ppl", "below bigram", "Δ vs baseline", "test", "p (Holm)", "Hedges' g",
                "collapsed / diverged / failed"] + extra_cols
+    result = is_result(report)
     body = []
     for r in rows:
-        test = r.get("test") or {}
+        test = (r.get("test") or {}) if result else {}  # no p-values where nothing is a result
         name = str(r.get("variant", DASH)) + (" (baseline)" if r.get("is_baseline") else "")
         kind = {"paired": "paired t", "welch": "Welch t"}.get(test.get("test"), DASH)
         body.append([
             name, f"{_value(r.get('n'))}/{_value(r.get('n_planned'))}", _mean_std(r.get("best")),
-            _interval(r.get("best"), r.get("n")), _ppl(r.get("ppl")), _diff(r), kind,
+            _interval(r.get("best"), r.get("n")), _ppl(r.get("ppl")), _below_bigram(r), _diff(r), kind,
             _p(test.get("p_holm")), _g(test.get("hedges_g")),
             " / ".join(str(r.get(k) or 0) for k in ("collapsed", "diverged", "failed")),
         ] + [_value((r.get("extra") or {}).get(c)) for c in extra_cols])
-    return ("table", headers, body, "lrrrrrlrrr" + "r" * len(extra_cols))
+    return ("table", headers, body, "lrrrrrrlrrr" + "r" * len(extra_cols))
 
 
 def _seed_table(report: dict) -> tuple | None:
@@ -134,6 +159,7 @@ def _seed_table(report: dict) -> tuple | None:
         for r in runs:
             mark = {"diverged": " (diverged)", "failed": " (failed)"}.get(r.get("status"), "")
             mark += " (collapsed)" if r.get("collapsed") else ""
+            mark += f" ({NOT_BEYOND_BIGRAM})" if r.get("not_learned_beyond_bigram") else ""
             cell[(r.get("variant"), r.get("seed"))] = _loss(r.get("best_val_loss")) + mark
         body = [[str(v)] + [cell.get((v, s), DASH) for s in seeds] for v in variants]
         return ("table", ["variant"] + [f"seed {s}" for s in seeds], body, "l" + "r" * len(seeds))
@@ -157,19 +183,57 @@ def _spec_line(report: dict) -> str:
     return " · ".join(parts)
 
 
+def _reference_text(report: dict) -> str | None:
+    """The paragraph on the reference levels, or None for a report that predates them."""
+    if "reference" not in report and "reference_error" not in report:
+        return None
+    ref = report.get("reference") or {}
+    uni, bi = _num(ref.get("unigram")), _num(ref.get("bigram"))
+    if uni is None or bi is None:
+        why = report.get("reference_error") or "not computed"
+        return (f"Reference levels: not available ({why}), so the 'below bigram' column is empty "
+                "and no row is flagged.")
+    text = (f"Reference levels: unigram {uni:.4f} nats, bigram {bi:.4f} nats: the "
+            f"{ref.get('method') or 'validation loss of count models fitted on the training split'}. "
+            "'below bigram' = bigram level − the row's mean best val loss (positive: the row learned "
+            "more than one-token-context counts); a row or run at or above the bigram level is marked "
+            f"'{NOT_BEYOND_BIGRAM}'.")
+    return text + (f" Note: {ref['note']}." if ref.get("note") else "")
+
+
 def _blocks(report: dict) -> list[tuple]:
-    b: list[tuple] = [("h1", report.get("title") or "Sweep report"), ("p", _spec_line(report))]
+    # imported here: those sections are written against this module and may import it
+    from .claims import claim_blocks
+    from .tuning import lr_blocks
+
+    result = is_result(report)
+    b: list[tuple] = [("h1", report.get("title") or "Sweep report")]
+    if not result:
+        b.append(("p", "smoke: not a result. The smoke scale is reserved for pipeline tests: this report "
+                       "shows that the sweep runs end to end, and its numbers are no evidence for or "
+                       "against anything, so it states no tests, p-values or verdicts."))
+    b.append(("p", _spec_line(report)))
     if report.get("generated"):
         b.append(("p", f"Generated {report['generated']}."))
+    b += lr_blocks(report)
     b += [("h2", "Results"), _main_table(report)]
     b.append(("p", "Collapse rule: " + (report.get("collapse_rule") or "not given.")))
+    reference = _reference_text(report)
+    if reference:
+        b.append(("p", reference))
     b.append(("p", ("Best val loss = lowest validation loss of a run (nats/token); ppl = perplexity "
-                    "(exp of the loss); Δ = variant mean − baseline mean; p-values are two-sided and "
-                    "Holm-adjusted over the comparisons with the baseline.")))
-    test_notes = [f"{r.get('variant')}: {(r.get('test') or {}).get('note')}"
-                  for r in report.get("table") or [] if (r.get("test") or {}).get("note")]
-    if test_notes:
-        b.append(("ul", test_notes))
+                    "(exp of the loss); Δ = variant mean − baseline mean"
+                    + ("; p-values are two-sided and Holm-adjusted over the comparisons with the baseline."
+                       if result else "."))))
+    if result:
+        test_notes = [f"{r.get('variant')}: {(r.get('test') or {}).get('note')}"
+                      for r in report.get("table") or [] if (r.get("test") or {}).get("note")]
+        if test_notes:
+            b.append(("ul", test_notes))
+    else:
+        b.append(("p", "No test, p-value or Hedges' g is given (the columns show —): at the smoke scale "
+                       "nothing is a result."))
+    b += claim_blocks(report)
     seeds = _seed_table(report)
     if seeds:
         b += [("h2", "Best val loss per seed"), seeds]

@@ -24,6 +24,7 @@ import scipy.stats
 
 __all__ = [
     "COLLAPSE_RULE_TEXT",
+    "UNIGRAM_LEVEL_TEXT",
     "collapse_rule_text",
     "compare",
     "holm",
@@ -236,9 +237,12 @@ def holm(pvalues: Mapping[str, float | None]) -> dict[str, float | None]:
 # collapse rule
 
 
+# "unigram level": the validation loss of the training split's add-one unigram model
+# (reslab.data.reference), the loss of a model that ignores context
+UNIGRAM_LEVEL_TEXT: str = "the unigram level of the data ({entropy:.3f} nats, a context-free count model)"
 COLLAPSE_RULE_TEXT: str = (
     "a run is collapsed when its best val loss is within {margin} nats of (or above) the "
-    "no-skip variant's mean or the unigram entropy of the training data ({entropy:.3f} nats)"
+    "no-skip variant's mean or " + UNIGRAM_LEVEL_TEXT
 )
 
 
@@ -263,7 +267,8 @@ def is_collapsed(
     """True when value >= ref - margin for a reference ref in {no_skip, unigram_entropy}.
 
     That is: the run's value (best val loss, nats) is within `margin` nats of, or above, the
-    no-skip variant's value or the unigram entropy. A None reference is skipped; with both
+    no-skip variant's value or the unigram level (reports pass the unigram reference level of
+    reslab.data.reference; any context-free loss works). A None reference is skipped; with both
     None nothing can be called collapsed (False). Raises ValueError for a NaN value (a
     diverged run is not judged by this rule) or a negative margin; +inf counts as above.
     """
@@ -276,7 +281,8 @@ def is_collapsed(
 
 
 def collapse_rule_text(margin: float, entropy: float | None, no_skip_variant: str | None) -> str:
-    """The collapse rule as one sentence (COLLAPSE_RULE_TEXT with the given references).
+    """The collapse rule as one sentence (COLLAPSE_RULE_TEXT with the given references); `entropy`
+    is the unigram level (the parameter keeps its older name).
 
     The no-skip variant is named when given; a reference that is None (entropy None, or no
     no-skip variant) is left out of the sentence.
@@ -289,8 +295,8 @@ def collapse_rule_text(margin: float, entropy: float | None, no_skip_variant: st
     if no_skip_variant is not None:
         return head + f"the no-skip variant's mean ({no_skip_variant})"
     if entropy is not None:
-        return head + f"the unigram entropy of the training data ({entropy:.3f} nats)"
-    return "no collapse rule applied: neither a no-skip variant nor the unigram entropy is known"
+        return head + UNIGRAM_LEVEL_TEXT.format(entropy=entropy)
+    return "no collapse rule applied: neither a no-skip variant nor the unigram level is known"
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from ..errors import ReslabError
 
 STUDY_DIR = Path(__file__).resolve().parent
 ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
-         "depth-scaling")  # the source studies' order (000 ... 004), then the cross-cutting one
+         "depth-scaling", "lr-sensitivity")  # the source studies' order (000 ... 004), then the cross-cutting ones
 
 
 def study_names() -> list[str]:

@@ -10,16 +10,22 @@ from ..errors import ReslabError
 from . import load_study, study_names, study_path
 
 
-def _estimate_line(spec, scale: str, runs: int, jobs: int) -> str:
+def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0) -> str:
+    """The study's cost before it starts. `runs`: its comparison runs, `tuning`: its [tune] runs
+    (an estimate's `runs` counts both, as the whole study trains both)."""
+    total = runs + tuning
+    count = f"{total} runs ({tuning} tuning, {runs} comparison)" if tuning else f"{runs} runs"
     est = spec.study.estimates.get(scale) if spec.study else None
     if est is None:
-        return f"{runs} runs; no cost estimate for scale {scale!r}"
+        return f"{count}; no cost estimate for scale {scale!r}"
     if est.cpu_minutes is not None:
-        minutes = est.cpu_minutes * runs / est.runs * est.jobs / jobs
-        return (f"{runs} runs, {jobs} workers: about {minutes:.0f} min on a 2-core CPU "
+        minutes = est.cpu_minutes * total / est.runs * est.jobs / jobs
+        return (f"{count}, {jobs} workers: about {minutes:.0f} min on a 2-core CPU "
                 f"({est.basis}: {est.cpu_minutes:g} min for {est.runs} runs with {est.jobs} workers)")
-    hours = (est.gpu_hours or 0) * runs / est.runs
-    return f"{runs} runs: about {hours:.3g} GPU-hours ({est.basis})"
+    if est.gpu_hours is None:  # a scale whose cost is yet to be measured
+        return f"{count}: cost not measured yet ({est.basis or 'no figure'})"
+    hours = est.gpu_hours * total / est.runs
+    return f"{count}: about {hours:.3g} GPU-hours ({est.basis})"
 
 
 def cmd_study_list(args) -> None:
@@ -36,6 +42,8 @@ def cmd_study_list(args) -> None:
             cost = "no estimate"
             if est and est.cpu_minutes is not None:
                 cost = f"~{est.cpu_minutes:g} CPU min ({est.runs} runs, {est.jobs} workers on 2 cores)"
+                if not est.basis.startswith("measured"):  # say when a figure is not a measurement
+                    cost += f"; {est.basis}"
             elif est and est.gpu_hours is not None:
                 cost = f"~{est.gpu_hours:g} GPU h ({est.runs} runs)"
             print(f"  scale {scale:<11} {cost}")
@@ -69,8 +77,8 @@ def cmd_study_run(args) -> int:
     from ..report.render import write_report
     from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
-    from ..sweep.spec import expand
     from ..sweep.store import Store
+    from ..sweep.tune import all_planned, check_override_conflict, tune_name, tuning_runs
 
     spec = _load(args.name)
     scale = args.scale if args.scale is not None else (spec.default_scales or list(spec.scales))[0]
@@ -79,13 +87,18 @@ def cmd_study_run(args) -> int:
     if args.seeds is None and spec.study and spec.study.seeds.get(scale):
         args.seeds = spec.study.seeds[scale]
     spec = apply_run_options(spec, args)
-    runs = expand(spec, [scale])
+    check_override_conflict(spec, [scale])
+    runs, later = all_planned(spec, [scale])  # later: comparison runs planned once tuning has chosen
+    n_tuning = len(tuning_runs(spec, [scale]))
     check_runs(runs, local=True)
     root = writable_store(args)  # before the estimate line: a refused study prints one line only
     jobs = args.jobs or default_jobs(runs)
-    print(f"study {args.name}, scale {scale}: {_estimate_line(spec, scale, len(runs), jobs)}", file=sys.stderr)
+    line = _estimate_line(spec, scale, len(runs) - n_tuning + later, jobs, tuning=n_tuning)
+    print(f"study {args.name}, scale {scale}: {line}", file=sys.stderr)
     store = Store(root)
     check_spec_record(store, spec.name)
+    if spec.tune:
+        check_spec_record(store, tune_name(spec.name))
     check_run_folders(store)
     result = run_sweep(spec, store, jobs=jobs, scales=[scale], source=f"built-in study {args.name}",
                        stack=args.stack, stack_size=args.stack_size)
@@ -101,18 +114,55 @@ def cmd_study_run(args) -> int:
 
 
 def summary_lines(report: dict) -> list[str]:
-    """The report's main table as plain text for the terminal (the full report is in its folder)."""
+    """The report's main table as plain text for the terminal (the full report is in its folder).
+    below bigram = bigram reference level - mean best val loss; "(not beyond bigram)" marks a row
+    at or above it. A report at the smoke scale says first that it is not a result."""
+    from ..report.build import NOT_A_RESULT
+    from ..report.render import is_result
+
     def loss(x):
         return "-" if x is None else f"{x:.4f}"
-    rows = [("variant", "seeds", "best val loss", "vs baseline", "collapsed", "diverged")]
+    rows = [("variant", "seeds", "best val loss", "below bigram", "vs baseline", "collapsed", "diverged")]
     for t in report["table"]:
         best = t["best"]
         spread = f" +- {best['std']:.4f}" if best.get("std") is not None else ""
         diff = "baseline" if t["is_baseline"] else (f"{t['diff']:+.4f}" if t["diff"] is not None else "-")
-        rows.append((t["variant"], f"{t['n']}/{t['n_planned']}", loss(best["mean"]) + spread, diff,
+        below = t.get("below_bigram")
+        below = "-" if below is None else f"{below:+.4f}" + (" (not beyond bigram)"
+                                                             if t.get("not_learned_beyond_bigram") else "")
+        rows.append((t["variant"], f"{t['n']}/{t['n_planned']}", loss(best["mean"]) + spread, below, diff,
                      str(t["collapsed"]), str(t["diverged"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [report["title"]] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    head = [report["title"]]
+    if not is_result(report) and NOT_A_RESULT not in report["title"]:
+        head = [f"{report['title']} — {NOT_A_RESULT}"]
+    ref = report.get("reference") or {}
+    if ref.get("bigram") is not None and ref.get("unigram") is not None:
+        head.append(f"reference levels: unigram {ref['unigram']:.4f}, bigram {ref['bigram']:.4f} nats "
+                    "(count models of the training split)")
+    elif "reference" in report:
+        head.append(f"reference levels: not available ({report.get('reference_error') or 'not computed'})")
+    return (head + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+            + verdict_lines(report))
+
+
+def verdict_lines(report: dict) -> list[str]:
+    """One line per published claim: its verdict, estimate with 95% interval and Holm p, and id."""
+    claims = report.get("claims") or []
+    if not claims:
+        return []
+
+    def num(x):
+        return "-" if x is None else f"{x:+.4f}"
+    lines = ["verdicts on the published claims (rules and reasons in the report):"]
+    width = max(len(c.get("verdict") or "") for c in claims)
+    for c in claims:
+        interval = (f" [{num(c.get('ci_low'))}, {num(c.get('ci_high'))}]"
+                    if c.get("ci_low") is not None and c.get("ci_high") is not None else "")
+        p = f", p (Holm) {c['p_holm']:.3g}" if c.get("p_holm") is not None else ""
+        lines.append(f"  {(c.get('verdict') or '-').ljust(width)}  {c.get('id')}: estimate "
+                     f"{num(c.get('estimate'))}{interval}{p}")
+    return lines
 
 
 def add_parsers(sub, parser_class) -> None:

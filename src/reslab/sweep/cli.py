@@ -142,13 +142,16 @@ def apply_run_options(spec, args):
 
 def cmd_sweep_run(args) -> int:
     from .runner import run_sweep
-    from .spec import expand
     from .store import Store
+    from .tune import all_planned, check_override_conflict, tune_name
 
     spec = _spec(args)
-    check_runs(expand(spec, args.scale), local=args.executor == "local")
+    check_override_conflict(spec, args.scale)
+    check_runs(all_planned(spec, args.scale)[0], local=args.executor == "local")
     store = Store(writable_store(args))
     check_spec_record(store, spec.name)
+    if spec.tune:
+        check_spec_record(store, tune_name(spec.name))
     check_run_folders(store)  # the sweep reads every existing run folder of the store
     result = run_sweep(spec, store, jobs=args.jobs, scales=args.scale, executor=args.executor,
                        source=str(Path(args.spec).resolve()), stack=args.stack, stack_size=args.stack_size)
@@ -164,16 +167,60 @@ def cmd_sweep_plan(args) -> None:
     from .runner import plan_status
     from .spec import expand
     from .store import Store
+    from .tune import check_override_conflict, plan, tune_name
 
     spec = _spec(args)
-    rows = plan_status(Store(readable_store(args)), expand(spec, args.scale))
-    if args.json:
-        print(json.dumps([dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f))
-                          for r, f, s in rows], indent=2))
+    store = Store(readable_store(args))
+    if not spec.tune:
+        rows = plan_status(store, expand(spec, args.scale))
+        if args.json:
+            print(json.dumps([dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f))
+                              for r, f, s in rows], indent=2))
+            return
+        for run, folder, status in rows:
+            print(f"{run.id}  {status:<10} {run.label}")
+        print(f"{len(rows)} runs", file=sys.stderr)
         return
-    for run, folder, status in rows:
+    # [tune]: the tuning runs first; the comparison runs of a tuning scale are known (and listed)
+    # only once its tuning runs have finished, before that they are counted
+    check_override_conflict(spec, args.scale)
+    p = plan(spec, store, args.scale)
+    tuning, comparison = plan_status(store, p["tuning"]), plan_status(store, p["comparison"])
+    t = spec.tune
+    if args.json:
+        out = [dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f), phase="tune")
+               for r, f, s in tuning]
+        out += [dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f), phase="compare")
+                for r, f, s in comparison]
+        out += [{"spec": spec.name, "variant": c["variant"], "scale": c["scale"], "grid": c["grid"], "seed": seed,
+                 "id": None, "label": None, "status": "after tuning", "path": None, "phase": "compare"}
+                for c in p["choices"] if c["value"] is None for seed in spec.seeds]
+        print(json.dumps(out, indent=2))
+        return
+    values = ", ".join(f"{v:g}" for v in t.values)
+    seeds = ", ".join(map(str, t.seeds))
+    at = ", ".join(sorted({r.scale for r in p["tuning"]} - {""}))
+    print(f"tuning {tune_name(spec.name)}: {t.axis} in [{values}] x tuning seeds {seeds}"
+          + (f" at scale {at}" if at else "") + f", {len(tuning)} runs")
+    for run, folder, status in tuning:
         print(f"{run.id}  {status:<10} {run.label}")
-    print(f"{len(rows)} runs", file=sys.stderr)
+    chosen = [c for c in p["choices"] if c["value"] is not None]
+    if chosen:
+        print(f"chosen so far ({t.metric}, mean over the tuning seeds; ties to the smaller value):")
+        for c in chosen:
+            row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
+            print(f"  {(c['scale'] + ' ') if c['scale'] else ''}{row}: {t.axis} = {c['value']:g}"
+                  + (f" ({c['note']})" if c["note"] else ""))
+    print(f"comparison {spec.name}: {len(comparison)} runs known now")
+    for run, folder, status in comparison:
+        print(f"{run.id}  {status:<10} {run.label}")
+    later = sum(p["after"].values())
+    for scale, n in p["after"].items():
+        rows = n // len(spec.seeds)
+        print(f"planned after tuning: {n} comparison runs{f' at scale {scale}' if scale else ''} "
+              f"({rows} rows x {len(spec.seeds)} seeds), each row at its chosen {t.axis}")
+    print(f"{len(tuning) + len(comparison) + later} runs: {len(tuning)} tuning, "
+          f"{len(comparison) + later} comparison ({later} planned after tuning)", file=sys.stderr)
 
 
 STATUSES = ("completed", "diverged", "failed", "running", "interrupted", "pending")

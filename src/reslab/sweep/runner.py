@@ -7,6 +7,8 @@
                      checkpoint) share one worker, trained stacked in one process (train/stacked.py):
                      by default on GPUs only (--stack auto), up to --stack-size seeds per worker
     slurm executor:  one array task per run through submitit (see executors.py)
+    [tune]:          a scale that tunes first trains the tuning sweep <spec>.tune, then each row's
+                     comparison runs at the value it chose (two phases of the above; sweep/tune.py)
 
 Only this orchestrating process writes the index. Workers die with it (lifetime.py), and a
 run folder is locked while trained, so a killed-and-restarted sweep never trains a run twice at once.
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from ..errors import ReslabError
 from ..progress import _duration
-from .spec import PlannedRun, SweepSpec, expand
+from .spec import PlannedRun, SweepSpec, chosen_scales, expand
 from ..train.run_folder import RunFolder
 from .lifetime import worker_popen_kwargs
 from .store import FINISHED, Store, run_row_from_folder
@@ -33,13 +35,20 @@ from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
 
 @dataclass
 class SweepResult:
-    planned: int
+    planned: int                       # runs of every phase (tuning and comparison)
     skipped: int = 0                   # already finished before this invocation
+    tuning: int = 0                    # of them, [tune] runs (sweep/tune.py)
     statuses: dict = field(default_factory=dict)   # run id -> completed / diverged / failed
     wall_s: float = 0.0
 
     def count(self, status: str) -> int:
         return sum(1 for s in self.statuses.values() if s == status)
+
+    def merge(self, other: "SweepResult") -> None:
+        """Add one phase's counts (its run ids are its own: tuning seeds differ from the spec's)."""
+        self.planned += other.planned
+        self.skipped += other.skipped
+        self.statuses.update(other.statuses)
 
 
 def cpu_count() -> int:
@@ -73,16 +82,23 @@ def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, 
     return out
 
 
-def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str) -> None:
+def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str,
+                scales: list[str] | None = None, tuned: list[dict] | None = None) -> None:
     """specs/<name>.json: the spec and its planned runs. The plan of each scale run now replaces that
-    scale's earlier plan; other scales' plans are kept (a tiny and a paper run of one study coexist)."""
-    scales = {r.scale for r in runs}
-    kept = []
+    scale's earlier plan; other scales' plans are kept (a tiny and a paper run of one study coexist).
+    `scales` names the scales run now (default: those of `runs`; a scale whose rows all wait for
+    tuning has no runs yet). `tuned`: the [tune] choices of those scales ("tuned" in the record)."""
+    scales = set(scales) if scales is not None else {r.scale for r in runs}
+    kept, kept_tuned = [], []
     if (store.specs_dir / f"{spec.name}.json").is_file():
-        kept = [r for r in store.load_spec_record(spec.name).get("runs", []) if r["scale"] not in scales]
-    store.save_spec(spec.name, {
-        "spec": spec.to_dict(), "source": source,
-        "runs": kept + [dict(r.membership(), id=r.id, label=r.label) for r in runs]})
+        old = store.load_spec_record(spec.name)
+        kept = [r for r in old.get("runs", []) if r["scale"] not in scales]
+        kept_tuned = [c for c in old.get("tuned") or [] if isinstance(c, dict) and c.get("scale") not in scales]
+    record = {"spec": spec.to_dict(), "source": source,
+              "runs": kept + [dict(r.membership(), id=r.id, label=r.label) for r in runs]}
+    if tuned or kept_tuned:
+        record["tuned"] = kept_tuned + list(tuned or [])
+    store.save_spec(spec.name, record)
 
 
 class SweepView:
@@ -191,17 +207,50 @@ def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result
 def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: list[str] | None = None,
               executor: str = "local", source: str = "", log=None, stream=None, stack: str = "auto",
               stack_size: int = 8) -> SweepResult:
-    """Train every unfinished run of `spec` into `store`; returns what happened to each."""
+    """Train every unfinished run of `spec` into `store`; returns what happened to each.
+
+    A scale with a [tune] table runs in two phases (sweep/tune.py): first the tuning sweep
+    <spec>.tune, then each row's chosen value is recorded and the comparison runs are trained at it.
+    The result counts the runs of both phases."""
+    from .tune import check_override_conflict, choice_line, choose, tuned_values, tuning_runs, tuning_spec
+
     if jobs is not None and jobs < 1:  # checked before anything is written
         raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
     if stack not in STACK_MODES:
         raise ReslabError(f"--stack: choose one of {', '.join(STACK_MODES)}, got {stack!r}")
     if stack_size < 1:
         raise ReslabError(f"--stack-size: must be at least 1, got {stack_size}")
+    check_override_conflict(spec, scales)
     log = log or (lambda msg: print(msg, file=sys.stderr))
     t0 = time.time()
-    runs = expand(spec, scales)
-    record_spec(store, spec, runs, source)
+    truns = tuning_runs(spec, scales)
+    result = SweepResult(planned=0)
+    phase = dict(store=store, executor=executor, log=log, stream=stream, stack=stack, stack_size=stack_size)
+    choices: list[dict] = []
+    if truns:
+        jobs = jobs or default_jobs(truns)
+        result.merge(_train_phase(tuning_spec(spec), truns, jobs, source=source, **phase))
+        result.tuning = len(truns)
+        choices = choose(spec, store, scales, truns)
+        for c in choices:
+            log(choice_line(spec.name, c))
+    runs = expand(spec, scales, tuned=tuned_values(choices))
+    jobs = jobs or default_jobs(runs)
+    result.merge(_train_phase(spec, runs, jobs, source=source, record_scales=chosen_scales(spec, scales),
+                              tuned=choices, **phase))
+    waiting = sum(c["value"] is None for c in choices)
+    if waiting:
+        log(f"sweep {spec.name}: {waiting} rows wait for their tuning runs to finish; rerun the sweep to "
+            "train their comparison runs")
+    result.wall_s = time.time() - t0
+    return result
+
+
+def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Store, executor: str, log,
+                 stream, stack: str, stack_size: int, source: str, record_scales: list[str] | None = None,
+                 tuned: list[dict] | None = None) -> SweepResult:
+    """Record `spec` with its planned runs, then train the unfinished ones (one phase of a sweep)."""
+    record_spec(store, spec, runs, source, scales=record_scales, tuned=tuned)
     planned = plan_status(store, runs)
     result = SweepResult(planned=len(runs))
     todo = []
@@ -217,7 +266,6 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
         store.upsert_run(row)
         if status not in FINISHED:
             todo.append((run, folder))
-    jobs = jobs or default_jobs(runs)
     gpus = _gpus_for([r for r, _ in todo])
     tasks = stacked_tasks(todo, stack, gpus, stack_size) if executor == "local" else [[t] for t in todo]
     stacks = [len(t) for t in tasks if len(t) > 1]
@@ -234,7 +282,6 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
 
             run_submitit(todo, store, spec, jobs, executor, view, result, _finish)
         view.close()
-    result.wall_s = time.time() - t0
     return result
 
 

@@ -37,7 +37,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
@@ -70,6 +70,15 @@ class Published:
 
 
 @dataclass(frozen=True)
+class Sensitivity:
+    """[report] sensitivity: a learning-rate grid's sensitivity per design (report/tuning.py)."""
+    axis: str = "optim.lr"             # the grid axis the sensitivity is taken over
+    cap: Optional[float] = None        # nats; a run's loss counts at most this (default: the corpus's unigram entropy)
+    cap_reason: str = ""               # why this cap, printed beside it in the report
+    metric: Literal["final_val_loss", "best_val_loss"] = "final_val_loss"
+
+
+@dataclass(frozen=True)
 class ReportOptions:
     """[report]: what the report needs to know about this experiment."""
     no_skip: Optional[str] = None      # the variant with no skips: the collapse rule's reference
@@ -77,6 +86,7 @@ class ReportOptions:
     published: list[Published] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     probe: Optional[dict] = None       # init-time probe settings to run beside the sweep (studies)
+    sensitivity: Optional[Sensitivity] = None  # learning-rate sensitivity over a grid axis
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,25 @@ class StudyInfo:
 
 
 @dataclass(frozen=True)
+class TuneOptions:
+    """[tune]: before a scale's comparison runs, each row (variant x grid point) trains at every
+    value of `axis` on the tuning seeds; each row's comparison runs then use its best value
+    (sweep/tune.py). Values are kept sorted ascending (the tie rule prefers the smaller)."""
+    axis: str
+    values: list
+    seeds: list[int]
+    metric: Literal["best_val_loss", "final_val_loss"] = "best_val_loss"
+    scales: Optional[list[str]] = None  # the scales that tune (default: every scale)
+
+    def __post_init__(self):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):
+            object.__setattr__(self, "values", sorted(self.values))  # non-numbers: check_tune reports them
+
+    def tunes(self, scale: str) -> bool:
+        return self.scales is None or scale in self.scales
+
+
+@dataclass(frozen=True)
 class SweepSpec(Typed):
     name: str
     seeds: list[int]
@@ -112,10 +141,13 @@ class SweepSpec(Typed):
     scales: dict[str, dict] = field(default_factory=dict)
     default_scales: Optional[list[str]] = None  # the scales run when --scale is not given (default: all)
     scale_variants: dict[str, list[str]] = field(default_factory=dict)  # scale -> the only variants it runs
+    scale_grid: dict[str, dict] = field(default_factory=dict)  # scale -> the grid it runs instead of `grid`
     grid: dict = field(default_factory=dict)   # axis -> list of values, or {point name: overrides}
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     report: ReportOptions = field(default_factory=ReportOptions)
     study: Optional[StudyInfo] = None
+    tune: Optional[TuneOptions] = None  # [tune]: each design's own learning rate first (sweep/tune.py)
+    claims: list[dict] = field(default_factory=list)  # [[claims]]: published claims the report rules on (report/claims.py)
     overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
 
@@ -214,14 +246,36 @@ def _check_names(spec: SweepSpec, errors: list[str]) -> None:
                 errors.append(f"{kind}.{n}: the name must be letters, digits, '_', '.', '+' or '-'")
 
 
+def _grids(spec: SweepSpec) -> list[tuple[str, dict]]:
+    """(where, grid) for the spec's grid and each scale's own grid (scale_grid)."""
+    return [("grid", spec.grid)] + [(f"scale_grid.{s}", g) for s, g in spec.scale_grid.items()]
+
+
+def _check_grid(grid: dict, where: str, errors: list[str]) -> None:
+    for key, values in grid.items():
+        if not isinstance(values, (list, dict)) or not values:
+            errors.append(f"{where}.{key}: give a non-empty list of values for a dotted key, or a table of "
+                          "named override tables")
+        elif isinstance(values, dict):
+            for name, table in values.items():
+                if not NAME_RE.match(name) or not isinstance(table, dict):
+                    errors.append(f"{where}.{key}.{name}: a named grid point is a table of overrides with a "
+                                  "name of letters, digits, '_', '.', '+' or '-'")
+
+
+def check_seed_list(seeds: list[int], where: str, example: str, errors: list[str]) -> None:
+    """A list of seeds (the spec's, or [tune]'s): at least one, non-negative, none repeated."""
+    if not seeds:
+        errors.append(f"{where}: must list at least one seed, e.g. {where.rsplit('.', 1)[-1]} = {example}")
+    if any(s < 0 for s in seeds):
+        errors.append(f"{where}: must be non-negative integers, got {seeds}")
+    if len(set(seeds)) != len(seeds):
+        errors.append(f"{where}: {seeds} repeats a seed; each seed is one run")
+
+
 def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
     _check_names(spec, errors)
-    if not spec.seeds:
-        errors.append("seeds: must list at least one seed, e.g. seeds = [1337, 42, 123]")
-    if any(s < 0 for s in spec.seeds):
-        errors.append(f"seeds: must be non-negative integers, got {spec.seeds}")
-    if len(set(spec.seeds)) != len(spec.seeds):
-        errors.append(f"seeds: {spec.seeds} repeats a seed; each seed is one run")
+    check_seed_list(spec.seeds, "seeds", "[1337, 42, 123]", errors)
     if not spec.variants:
         errors.append("variants: declare at least one variant, e.g. [variants.baseline] (an empty table is the base)")
     known = ", ".join(sorted(spec.variants)) or "none declared"
@@ -251,39 +305,41 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
     for s in spec.scale_presets:
         if s not in spec.scales:
             errors.append(f"scale_presets.{s}: unknown scale; scales are {', '.join(sorted(spec.scales)) or 'none'}")
-    for key, values in spec.grid.items():
-        if not isinstance(values, (list, dict)) or not values:
-            errors.append(f"grid.{key}: give a non-empty list of values for a dotted key, or a table of "
-                          "named override tables")
-        elif isinstance(values, dict):
-            for name, table in values.items():
-                if not NAME_RE.match(name) or not isinstance(table, dict):
-                    errors.append(f"grid.{key}.{name}: a named grid point is a table of overrides with a "
-                                  "name of letters, digits, '_', '.', '+' or '-'")
+    for s in spec.scale_grid:
+        if s not in spec.scales:
+            errors.append(f"scale_grid.{s}: unknown scale; scales are {', '.join(sorted(spec.scales)) or 'none'}")
+    for where, grid in _grids(spec):
+        _check_grid(grid, where, errors)
     _check_numbers(spec, errors)
+    from ..report.claims import check_claims
+    from .tune import check_tune
+
+    check_tune(spec, errors)
+    check_claims(spec, errors)
     _check_overrides(spec.base, "base", errors)
     _check_overrides(spec.overrides, "overrides", errors)
     for kind, tables in (("variants", spec.variants), ("scales", spec.scales)):
         for n, table in tables.items():
             _check_overrides(table, f"{kind}.{n}", errors)
-    for key, values in spec.grid.items():
-        if isinstance(values, dict):
-            for name, table in values.items():
-                if isinstance(table, dict):
-                    _check_overrides(table, f"grid.{key}.{name}", errors)
-        elif isinstance(values, list):
-            _check_axis_values(key, values, errors)
+    for where, grid in _grids(spec):
+        for key, values in grid.items():
+            if isinstance(values, dict):
+                for name, table in values.items():
+                    if isinstance(table, dict):
+                        _check_overrides(table, f"{where}.{key}.{name}", errors)
+            elif isinstance(values, list):
+                _check_axis_values(key, values, errors, where)
 
 
-def _check_axis_values(key: str, values: list, errors: list[str]) -> None:
+def _check_axis_values(key: str, values: list, errors: list[str], where: str = "grid") -> None:
     """Each value of a dotted grid axis, as an override. A problem of the key itself (unknown, or
     train.seed) is the same for every value: one line for the axis, not one per value."""
     lines: dict[str, list] = {}
     for i, v in enumerate(values):
         found: list[str] = []
-        _check_overrides(_nested(key, v), f"grid[{key!r}][{i}]", found)
+        _check_overrides(_nested(key, v), f"{where}[{key!r}][{i}]", found)
         for line in found:
-            same = line.replace(f"grid[{key!r}][{i}]", f"grid[{key!r}]")
+            same = line.replace(f"{where}[{key!r}][{i}]", f"{where}[{key!r}]")
             lines.setdefault(same, [line, 0])[1] += 1
     errors += [first if n == 1 else f"{same} (all {n} values)" for same, (first, n) in lines.items()]
 
@@ -293,7 +349,8 @@ MAX_RUNS = 100_000  # planned runs of one spec: more is a typo in a grid or seed
 
 def planned_count(spec: SweepSpec) -> int:
     """How many runs the spec plans at most (every scale), counted without building any."""
-    points = math.prod(len(v) if isinstance(v, (list, dict)) else 1 for v in spec.grid.values())
+    points = max(math.prod(len(v) if isinstance(v, (list, dict)) else 1 for v in grid.values())
+                 for _, grid in _grids(spec))
     return len(spec.seeds) * max(len(spec.scales), 1) * len(spec.variants) * points
 
 
@@ -334,6 +391,10 @@ def parse_spec(data: dict, where: str = "spec") -> SweepSpec:
     if errors:
         raise ConfigError([f"{where}: {line}" for line in errors + [f"{k}: required" for k in missing]])
     expand(spec, where=where)  # every run's config must validate too
+    if spec.tune:  # a tuning scale's comparison runs wait for tuning: its tuning runs carry every value
+        from .tune import tuning_runs
+
+        tuning_runs(spec, where=where)
     return spec
 
 
@@ -361,10 +422,11 @@ def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
     if n < 1:
         raise ReslabError(f"--seeds: must be at least 1, got {n}")
     seeds = list(spec.seeds[:n])
+    taken = set(spec.tune.seeds) if spec.tune else set()  # tuning seeds stay disjoint from the comparison's
     candidate = 0
     while len(seeds) < n:
         candidate += 1
-        if candidate not in seeds:
+        if candidate not in seeds and candidate not in taken:
             seeds.append(candidate)
     return spec.replace(seeds=seeds)
 
@@ -393,9 +455,21 @@ def _add_once(errors: list, seen: dict, line: str, field_path: str) -> None:
         errors.append([line, 0])
 
 
-def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec") -> list[PlannedRun]:
+def tuned_key(scale: str, variant: str, point: dict) -> tuple[str, str, str]:
+    """The key of one row's tuned value: (scale, variant, grid point as sorted JSON)."""
+    return scale, variant, json.dumps(point, sort_keys=True)
+
+
+def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec",
+           tuned: dict | None = None) -> list[PlannedRun]:
     """Every planned run, seed-major (all variants of the first seed first, so a partly finished
-    sweep already compares every variant). Raises ConfigError with every invalid combination."""
+    sweep already compares every variant). Raises ConfigError with every invalid combination.
+
+    At a scale that tunes ([tune]), a row's runs exist only once its value is chosen: `tuned` maps
+    tuned_key(scale, variant, point) -> the value of tune.axis, merged after the grid point (so it
+    is part of the config, hence the identity); rows without a value are left out. The tuning runs
+    themselves are planned by sweep/tune.py."""
+    tuned = tuned or {}
     runs, errors, seen = [], [], {}  # seen: field path -> index of its line in errors
     for seed in spec.seeds:
         for scale in chosen_scales(spec, scales):
@@ -404,7 +478,13 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
             for variant, overrides in spec.variants.items():
                 if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
                     continue
-                for point, point_overrides in _grid_points(spec.grid) if spec.grid else [({}, {})]:
+                grid = spec.scale_grid.get(scale, spec.grid)
+                for point, point_overrides in _grid_points(grid) if grid else [({}, {})]:
+                    if spec.tune and spec.tune.tunes(scale):
+                        key = tuned_key(scale, variant, point)
+                        if key not in tuned:
+                            continue  # planned after tuning
+                        point_overrides = deep_merge(point_overrides, _nested(spec.tune.axis, tuned[key]))
                     data = deep_merge(deep_merge(preset, spec.base), spec.scales.get(scale, {}))
                     data = deep_merge(deep_merge(data, overrides), point_overrides)
                     data = deep_merge(data, spec.overrides)

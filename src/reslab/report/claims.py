@@ -1,0 +1,799 @@
+"""[[claims]]: the published claims a study tests, and the report's verdict on each.
+
+A study spec lists the claims of its papers as checkable statements about the runs it plans, so
+that the report says, claim by claim and with the numbers, whether this sweep reproduced it.
+
+Format. Every claim is one [[claims]] table with
+
+    id         letters, digits, '_', '.', '+', '-'; unique in the spec
+    statement  the claim as a sentence a human reads
+    source     where it comes from (paper or seed document, and its number)
+    kind       "difference" | "level" | "spread" | "fails" | "trains"
+    metric     optional: "best_val_loss" (default) or "final_val_loss"
+    scales     optional: the scales it applies to (default: every scale)
+
+and, by kind, its cells and its test. A cell is a variant, optionally at a grid point: a string
+(`a = "attn-only"`) or a table with `variant` and grid axes (`a = { variant = "resi-dual",
+depth = "L16" }`). An axis is named by its full dotted key ("model.n_layer") or by its last
+component ("n_layer"); a named axis ([grid.depth.L16]) takes a point name. Axes a cell leaves out
+are pooled over: the unit of a test is then (those axes' values, seed). An axis that some cells of
+a claim name and others do not is taken to be the same for all of them (write it in every cell to
+compare different points).
+
+    # difference: mean(a - b) <op> threshold
+    [[claims]]
+    id = "attn-only-small-cost"
+    statement = "Removing the MLP skip costs less than 0.15 nats"
+    source = "seed 000, ResidualGPT 10M table: attn-only 1.5999 vs full 1.5017"
+    kind = "difference"
+    a = "attn-only"
+    b = "full"
+    op = "<"
+    threshold = 0.15
+
+    # the same variant at two grid points
+    [[claims]]
+    id = "post-ln-needs-warmup"
+    statement = "Post-LN at 16 layers without warmup is worse than with warmup"
+    source = "seed 002: Xiong et al. 2020, section 3"
+    kind = "difference"
+    a = { variant = "post-ln", depth = "L16", warmup = "none" }
+    b = { variant = "post-ln", depth = "L16", warmup = "w100" }
+    op = ">"
+    threshold = 0.0
+
+    # level: mean(a - reference) <op> threshold; reference "unigram", "bigram" or a number (nats)
+    [[claims]]
+    id = "ffn-only-collapses"
+    statement = "Without the attention skip, training collapses to the unigram level"
+    source = "seed 000, table 1: ffn-only 3.3493 vs unigram 3.35"
+    kind = "level"
+    a = "ffn-only"
+    reference = "unigram"
+    op = ">"
+    threshold = -0.1
+
+    # spread: max - min of the cells' means <op> threshold
+    [[claims]]
+    id = "runtime-gains-overlap"
+    statement = "Runtime branch gains 0.25-4 give overlapping curves"
+    source = "seed 000, section 5.1"
+    kind = "spread"
+    cells = ["runtime-0.25", "runtime-0.5", "g1", "runtime-2", "runtime-4"]
+    op = "<"
+    threshold = 0.002
+
+    # fails / trains: every run of the cell fails (trains)
+    [[claims]]
+    id = "post-ln-deep-fails"
+    statement = "Post-LN at 24 layers without warmup fails"
+    source = "seed 002: Xiong et al. 2020"
+    kind = "fails"
+    a = { variant = "post-ln", n_layer = 24 }
+    scales = ["paper"]
+
+Decision rules (RULES_TEXT says them in the report):
+  * difference, level: per-unit values (unit = seed, and the pooled axes' values). Two cells that
+    ran the same units are paired over the units both completed (d_u = a_u - b_u); cells whose
+    units differ get Welch's t (Welch-Satterthwaite df); a level claim is a one-sample t on
+    a_u - reference. Two one-sided t-tests of the mean D against the threshold c:
+        p_for     H0: the claim is false (for "<": D >= c),  small when the data support it
+        p_against H0: the claim is true  (for "<": D <= c),  small when the data contradict it
+    p = the smaller, with its direction. Holm-Bonferroni over every claim of the report that has
+    a p. Reproduced when the direction is "for" and p_holm < 0.05, not reproduced when "against"
+    and p_holm < 0.05, inconclusive otherwise. With zero variance (n >= 3) there is no t: the
+    point estimate decides, there is no p, and the reason says so.
+  * fewer than 3 pairs (or values on a side): no p, inconclusive, reason "n = 2 < 3".
+  * diverged runs are never averaged: units with a diverged run are dropped from difference,
+    level and spread claims and counted in the reason; divergence counts only for fails / trains.
+  * spread: 1 - 0.05/m simultaneous t-intervals (Bonferroni) for all m pairwise differences of the
+    cells' means, paired where two cells ran the same units. They bound the spread
+    max|mu_i - mu_j| with 95% simultaneous coverage between L = max over pairs of the interval's
+    distance from 0 and U = max over pairs of its largest |end|. "spread < c" is reproduced when
+    U < c (every interval inside (-c, c)), not reproduced when L > c (some interval wholly outside
+    [-c, c]), inconclusive otherwise; ">" the mirror image. A spread claim has no p and is not part
+    of Holm: its verdict already controls its own pairs.
+  * fails / trains: a run fails when it diverged (or its metric is not finite), or its metric is
+    at or above the bigram level. Reproduced when all of n >= 3 judged runs fail (trains: all
+    train), not reproduced when none do (trains: all fail), inconclusive otherwise; no p. The
+    interval is the exact (Clopper-Pearson) 95% interval of the failing fraction.
+  * a cell without any run at this scale: verdict "not tested at this scale".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import scipy.stats
+
+from . import stats
+
+__all__ = ["KINDS", "RULES_TEXT", "check_claims", "claim_blocks", "evaluate_claims"]
+
+KINDS = ("difference", "level", "spread", "fails", "trains")
+OPS = ("<", ">")
+METRICS = ("best_val_loss", "final_val_loss")
+REFERENCES = ("unigram", "bigram")
+ALPHA = 0.05
+MIN_N = 3  # below this a t quantile has at most 1 degree of freedom: no test, no verdict
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # the spec's rule for names: an id is quoted and searched for
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not tested at this scale")
+NOT_TESTED = "not tested at this scale"
+
+COMMON = ("id", "statement", "source", "kind", "metric", "scales")
+KIND_KEYS = {  # kind -> keys it requires (beyond id, statement, source, kind)
+    "difference": ("a", "b", "op", "threshold"),
+    "level": ("a", "reference", "op", "threshold"),
+    "spread": ("cells", "op", "threshold"),
+    "fails": ("a",),
+    "trains": ("a",),
+}
+
+RULES_TEXT = (
+    "How the verdicts are decided. Difference and level claims: per-seed values (seed and any grid "
+    "axis the claim leaves out), paired over the seeds both cells completed, Welch's t where the "
+    "cells ran different seeds, a one-sample t against the reference level for a level claim. Two "
+    "one-sided t-tests of the mean against the claim's threshold: one whose null hypothesis is that "
+    "the claim is false, one whose null is that it is true; the smaller p is the claim's, with its "
+    "direction, and the p-values of all claims of this report are corrected together with "
+    "Holm-Bonferroni. Reproduced: the data support the claim with Holm p < 0.05; not reproduced: "
+    "they contradict it with Holm p < 0.05; inconclusive otherwise, and always with fewer than 3 "
+    "seeds. With zero variance the point estimate decides and no p is given. Diverged runs are never "
+    "averaged: their seeds are dropped from these claims and counted in the reason. Spread claims: "
+    "simultaneous 95% t-intervals (Bonferroni) for every pairwise difference of the cells' means; "
+    "'spread < c' is reproduced when every interval lies inside (-c, c), not reproduced when one lies "
+    "wholly outside [-c, c]; these have no p and are not part of the Holm correction. Fails / trains "
+    "claims: a run fails when it diverged or its loss is at or above the bigram level; reproduced "
+    "when all of at least 3 seeds fail (trains: all train), not reproduced when none do; no p."
+)
+
+
+# ---- parsing (shared by the spec check and the evaluation) -------------------------------------
+def _flatten(table: dict, prefix: str = "") -> dict:
+    """{"model": {"n_layer": 16}} -> {"model.n_layer": 16}: TOML writes `model.n_layer = 16` in an
+    inline table as a nested table, and a quoted "model.n_layer" as one key; both mean the axis."""
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _same(x, y) -> bool:
+    """Grid values equal: 16 == 16.0, but a bool is not a number and a name is not a number."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return isinstance(x, bool) and isinstance(y, bool) and x == y
+    if _is_number(x) and _is_number(y):
+        return math.isclose(float(x), float(y), rel_tol=1e-12, abs_tol=0.0)
+    return type(x) is type(y) and x == y
+
+
+def _parse_cell(value, where: str, errors: list[str]) -> dict | None:
+    """A cell as {"variant": name, "axes": {key as written: value}}."""
+    if isinstance(value, str):
+        return {"variant": value, "axes": {}}
+    if not isinstance(value, dict):
+        errors.append(f"{where}: a cell is a variant name or a table {{ variant = \"...\", <axis> = <value> }}, "
+                      f"got {value!r}")
+        return None
+    variant = value.get("variant")
+    if not isinstance(variant, str):
+        errors.append(f"{where}.variant: required: the variant's name" if variant is None
+                      else f"{where}.variant: expected a variant name, got {variant!r}")
+        return None
+    axes = _flatten({k: v for k, v in value.items() if k != "variant"})
+    ok = True
+    for k, v in axes.items():
+        if not isinstance(v, (str, int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+            errors.append(f"{where}.{k}: a grid value is a number, a string or a point name, got {v!r}")
+            ok = False
+    return {"variant": variant, "axes": axes} if ok else None
+
+
+def _parse(claim, where: str, errors: list[str]) -> dict | None:
+    """A claim in normal form, or None (its problems appended to errors). Needs no spec."""
+    if not isinstance(claim, dict):
+        errors.append(f"{where}: expected a table, got {claim!r}")
+        return None
+    n_before = len(errors)
+    kind = claim.get("kind")
+    if kind is None:
+        errors.append(f"{where}.kind: required; one of {', '.join(KINDS)}")
+    elif kind not in KINDS:
+        errors.append(f"{where}.kind: unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
+    for key in ("id", "statement", "source"):
+        v = claim.get(key)
+        if v is None:
+            errors.append(f"{where}.{key}: required")
+        elif not isinstance(v, str) or not v.strip():
+            errors.append(f"{where}.{key}: expected a non-empty string, got {v!r}")
+    cid = claim.get("id")
+    if isinstance(cid, str) and cid.strip() and not NAME_RE.match(cid):
+        errors.append(f"{where}.id: {cid!r} must be letters, digits, '_', '.', '+' or '-'")
+    metric = claim.get("metric", "best_val_loss")
+    if metric not in METRICS:
+        errors.append(f"{where}.metric: {metric!r} is not allowed; choose one of {', '.join(METRICS)}")
+    scales = claim.get("scales")
+    if scales is not None and (not isinstance(scales, list) or not scales
+                               or not all(isinstance(s, str) for s in scales)):
+        errors.append(f"{where}.scales: expected a non-empty list of scale names, got {scales!r}")
+        scales = None
+    if kind not in KINDS:
+        return None
+    needed = KIND_KEYS[kind]
+    allowed = COMMON + needed
+    for key in claim:
+        if key not in allowed:
+            errors.append(f"{where}.{key}: unknown key for kind {kind!r}; allowed keys are "
+                          f"{', '.join(sorted(allowed))}")
+    for key in needed:
+        if key not in claim:
+            errors.append(f"{where}.{key}: required for kind {kind!r}")
+    op = claim.get("op")
+    if "op" in needed and op is not None and op not in OPS:
+        errors.append(f"{where}.op: expected \"<\" or \">\", got {op!r} (with a continuous loss, "
+                      "<= and >= test the same thing)")
+    threshold = claim.get("threshold")
+    if "threshold" in needed and threshold is not None and (
+            not _is_number(threshold) or not math.isfinite(threshold)):
+        errors.append(f"{where}.threshold: expected a finite number (nats), got {threshold!r}")
+    if kind == "spread" and threshold is not None and _is_number(threshold) and threshold < 0:
+        errors.append(f"{where}.threshold: a spread is >= 0; got {threshold}")
+    reference = claim.get("reference")
+    if kind == "level" and reference is not None and not (
+            reference in REFERENCES or (_is_number(reference) and math.isfinite(reference))):
+        errors.append(f"{where}.reference: expected \"unigram\", \"bigram\" or a number (nats), "
+                      f"got {reference!r}")
+    cells: list = []
+    if kind == "spread":
+        raw = claim.get("cells")
+        if raw is not None and (not isinstance(raw, list) or len(raw) < 2):
+            errors.append(f"{where}.cells: a spread needs a list of at least 2 cells, got {raw!r}")
+        elif raw is not None:
+            cells = [_parse_cell(c, f"{where}.cells[{i}]", errors) for i, c in enumerate(raw)]
+    else:
+        names = ("a", "b") if kind == "difference" else ("a",)
+        cells = [_parse_cell(claim[k], f"{where}.{k}", errors) for k in names if k in claim]
+    # a claim with problems still goes back, marked invalid, so that the spec check can also look
+    # at its cells and scales and report every problem at once; only a valid one is evaluated
+    return {"id": cid, "statement": claim.get("statement"), "source": claim.get("source"), "kind": kind,
+            "metric": metric, "scales": scales, "op": op, "threshold": threshold,
+            "reference": reference, "cells": cells, "valid": len(errors) == n_before}
+
+
+def _resolve_key(key: str, axes: list[str]) -> list[str]:
+    """The grid axes a selector key names: its full dotted key, or the axis's last component."""
+    if key in axes:
+        return [key]
+    return [a for a in axes if a.rsplit(".", 1)[-1] == key]
+
+
+def _complete(resolved: list[dict]) -> tuple[list[dict], str | None]:
+    """Give every cell the axes other cells name when those agree (an axis one cell names and the
+    other leaves out means the same point for both); a disagreement is a problem to report."""
+    named = list(dict.fromkeys(a for cell in resolved for a in cell))
+    out = [dict(cell) for cell in resolved]
+    for axis in named:
+        values = [cell[axis] for cell in resolved if axis in cell]
+        if len(values) == len(resolved):
+            continue
+        if all(_same(v, values[0]) for v in values):
+            for cell in out:
+                cell.setdefault(axis, values[0])
+        else:
+            shown = ", ".join(dict.fromkeys(str(v) for v in values))
+            return out, (f"some cells name {axis} with different values ({shown}) and others leave it "
+                         f"out; name {axis} in every cell")
+    return out, None
+
+
+# ---- the spec check ----------------------------------------------------------------------------
+def _named_point_hint(key: str, value, grid: dict) -> str:
+    """For a key set inside named grid points (depth.L16 sets model.n_layer): which point to name."""
+    for axis, points in grid.items():
+        if not isinstance(points, dict):
+            continue
+        hits = [name for name, table in points.items() if isinstance(table, dict)
+                and any((k == key or k.rsplit(".", 1)[-1] == key) and _same(v, value)
+                        for k, v in _flatten(table).items())]
+        setters = [name for name, table in points.items() if isinstance(table, dict)
+                   and any(k == key or k.rsplit(".", 1)[-1] == key for k in _flatten(table))]
+        if hits:
+            return f" ({key} is set by the named axis {axis}: write {axis} = \"{hits[0]}\")"
+        if setters:
+            return f" ({key} is set by the named axis {axis}, whose points are {', '.join(points)})"
+    return ""
+
+
+def check_claims(spec, errors: list[str]) -> None:
+    """Problems of the spec's [[claims]] entries, appended to errors at their path: unknown kinds,
+    missing or unknown fields, cells naming unknown variants, grid axes or values, unknown scales,
+    duplicate ids."""
+    claims = getattr(spec, "claims", None) or []
+    grid = spec.grid if isinstance(spec.grid, dict) else {}
+    axes = list(grid)
+    variants = ", ".join(sorted(spec.variants)) or "none declared"
+    seen: dict[str, int] = {}
+    for i, claim in enumerate(claims):
+        where = f"claims[{i}]"
+        cid = claim.get("id") if isinstance(claim, dict) else None
+        if isinstance(cid, str):
+            if cid in seen:
+                errors.append(f"{where}.id: duplicate id {cid!r} (also claims[{seen[cid]}])")
+            else:
+                seen[cid] = i
+        parsed = _parse(claim, where, errors)
+        if parsed is None:
+            continue
+        for j, s in enumerate(parsed["scales"] or []):
+            if spec.scales and s not in spec.scales:
+                errors.append(f"{where}.scales[{j}]: unknown scale {s!r}; scales are {', '.join(sorted(spec.scales))}")
+            elif not spec.scales:
+                errors.append(f"{where}.scales: this spec declares no scales; remove it")
+                break
+        if parsed["kind"] == "spread":
+            paths = [f"cells[{j}]" for j in range(len(parsed["cells"]))]
+        else:
+            paths = [k for k in ("a", "b") if k in claim]
+        resolved, ok = [], parsed["valid"]
+        for path, cell in zip(paths, parsed["cells"]):
+            at = f"{where}.{path}"
+            if cell is None:  # its problem is reported already
+                continue
+            if cell["variant"] not in spec.variants:
+                errors.append(f"{at}.variant: unknown variant {cell['variant']!r}; variants are {variants}")
+                ok = False
+            named: dict = {}
+            for key, value in cell["axes"].items():
+                hit = _resolve_key(key, axes)
+                if not hit:
+                    known = ", ".join(axes) or "none (this spec has no grid)"
+                    errors.append(f"{at}.{key}: unknown grid axis; axes are {known}"
+                                  + _named_point_hint(key, value, grid))
+                    ok = False
+                    continue
+                if len(hit) > 1:
+                    errors.append(f"{at}.{key}: ambiguous: grid axes {' and '.join(hit)} both end in "
+                                  f"{key}; write the full key")
+                    ok = False
+                    continue
+                axis = hit[0]
+                if axis in named:
+                    errors.append(f"{at}.{key}: grid axis {axis} is named twice")
+                    ok = False
+                    continue
+                points = grid[axis]
+                if isinstance(points, dict):
+                    if not isinstance(value, str) or value not in points:
+                        errors.append(f"{at}.{key}: {value!r} is not a point of the named grid axis {axis}; "
+                                      f"points are {', '.join(points)}")
+                        ok = False
+                        continue
+                elif isinstance(points, list) and not any(_same(value, v) for v in points):
+                    errors.append(f"{at}.{key}: {value!r} is not a value of grid axis {axis}; values are "
+                                  f"{', '.join(str(v) for v in points)}")
+                    ok = False
+                    continue
+                named[axis] = value
+            resolved.append(named)
+        if not ok:
+            continue
+        completed, problem = _complete(resolved)
+        if problem:
+            errors.append(f"{where}: {problem}")
+            continue
+        for (pi, ci), (pj, cj) in itertools.combinations(zip(paths, zip(parsed["cells"], completed)), 2):
+            if ci[0]["variant"] == cj[0]["variant"] and set(ci[1]) == set(cj[1]) and all(
+                    _same(ci[1][k], cj[1][k]) for k in ci[1]):
+                errors.append(f"{where}.{pj}: the same cell as {pi} ({_cell_text(cj[0]['variant'], cj[1])}); "
+                              "a claim compares different cells")
+
+
+# ---- evaluation ---------------------------------------------------------------------------------
+def _cell_text(variant: str, axes: dict) -> str:
+    if not axes:
+        return variant
+    return f"{variant} (" + ", ".join(f"{k.rsplit('.', 1)[-1]} = {v}" for k, v in axes.items()) + ")"
+
+
+def _status(run: dict, metric: str) -> str:
+    """'ok' (completed with a finite value), 'diverged' (diverged, or a non-finite value), 'missing'."""
+    if run.get("status") == "diverged":
+        return "diverged"
+    if run.get("status") != "completed":
+        return "missing"
+    v = run.get(metric)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "missing"
+    return "ok" if math.isfinite(v) else "diverged"
+
+
+def _select(cell: dict, rows: list[dict]) -> tuple[dict, str | None]:
+    """The cell's axes resolved to the report rows' grid keys, or why they cannot be."""
+    axes = list(dict.fromkeys(k for r in rows for k in (r.get("grid") or {})))
+    named = {}
+    for key, value in cell["axes"].items():
+        hit = _resolve_key(key, axes)
+        if len(hit) != 1:
+            return {}, (f"grid axis {key!r} is not in this report" if not hit
+                        else f"grid axis {key!r} is ambiguous ({', '.join(hit)})")
+        named[hit[0]] = value
+    return named, None
+
+
+def _units(cell_variant: str, named: dict, rows: list[dict]) -> tuple[dict, list[str]]:
+    """unit -> run for the runs of the rows matching the cell; a unit is (free axes' values, seed)."""
+    out, names = {}, []
+    for r in rows:
+        grid = r.get("grid") or {}
+        if r.get("variant") != cell_variant:
+            continue
+        if not all(a in grid and _same(grid[a], v) for a, v in named.items()):
+            continue
+        names.append(str(r.get("row", cell_variant)))
+        free = tuple(sorted((k, str(v)) for k, v in grid.items() if k not in named))
+        for run in r.get("runs") or []:
+            out[(free, run.get("seed"))] = run
+    return out, names
+
+
+def _values(units: dict, metric: str) -> tuple[dict, int, int]:
+    """unit -> value of the completed runs; counts of diverged and of missing runs."""
+    vals, div, miss = {}, 0, 0
+    for u, run in units.items():
+        s = _status(run, metric)
+        if s == "ok":
+            vals[u] = float(run[metric])
+        elif s == "diverged":
+            div += 1
+        else:
+            miss += 1
+    return vals, div, miss
+
+
+def _pair(ua: dict, ub: dict, metric: str) -> dict:
+    """Two cells' values: paired over the units both completed when they ran the same units, else
+    each side's own completed values (Welch). Counts what was dropped and why."""
+    if set(ua) == set(ub):
+        d, div, miss = [], 0, 0
+        for u in sorted(ua, key=str):
+            sa, sb = _status(ua[u], metric), _status(ub[u], metric)
+            if sa == sb == "ok":
+                d.append(float(ua[u][metric]) - float(ub[u][metric]))
+            elif "diverged" in (sa, sb):
+                div += 1
+            else:
+                miss += 1
+        return {"paired": True, "d": d, "n": len(d), "diverged": div, "missing": miss}
+    va, da, ma = _values(ua, metric)
+    vb, db, mb = _values(ub, metric)
+    return {"paired": False, "a": list(va.values()), "b": list(vb.values()),
+            "n": min(len(va), len(vb)), "na": len(va), "nb": len(vb), "diverged": da + db, "missing": ma + mb}
+
+
+def _estimate(p: dict, level: float = 0.95) -> dict:
+    """Mean difference, its standard error, df and its t-interval (paired / one-sample or Welch).
+    Needs n >= 2 values on each side."""
+    if p["paired"]:
+        s = stats.summarize(p["d"])
+        n, mean, sd = s["n"], s["mean"], s["std"]
+        se = sd / math.sqrt(n)
+        lo, hi = stats.t_interval(mean, sd, n, level) if sd > 0 else (mean, mean)
+        return {"est": mean, "se": se, "df": float(n - 1), "lo": lo, "hi": hi}
+    sa, sb = stats.summarize(p["a"]), stats.summarize(p["b"])
+    va, vb = sa["std"] ** 2 / sa["n"], sb["std"] ** 2 / sb["n"]
+    est, se = sa["mean"] - sb["mean"], math.sqrt(va + vb)
+    if se == 0.0:
+        return {"est": est, "se": 0.0, "df": None, "lo": est, "hi": est}
+    # Welch-Satterthwaite degrees of freedom
+    df = (va + vb) ** 2 / (va ** 2 / (sa["n"] - 1) + vb ** 2 / (sb["n"] - 1))
+    half = float(scipy.stats.t.ppf(1.0 - (1.0 - level) / 2.0, df)) * se
+    return {"est": est, "se": se, "df": df, "lo": est - half, "hi": est + half}
+
+
+def _f(x, signed: bool = True) -> str:
+    return "—" if x is None else (f"{x:+.4f}" if signed else f"{x:.4f}")
+
+
+def _pv(x) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def _dropped(p: dict, unit: str) -> str:
+    parts = []
+    if p.get("diverged"):
+        parts.append(f"{p['diverged']} {unit}{'s' if p['diverged'] != 1 else ''} with a diverged run dropped")
+    if p.get("missing"):
+        parts.append(f"{p['missing']} {unit}{'s' if p['missing'] != 1 else ''} with a run not completed dropped")
+    return ("; " + "; ".join(parts)) if parts else ""
+
+
+def _result(c: dict, **kw) -> dict:
+    out = {"id": c["id"], "statement": c["statement"], "source": c["source"],
+           "kind": c["kind"], "metric": c["metric"], "claim": None, "estimate": None,
+           "ci_low": None, "ci_high": None, "test": None, "n": None, "t": None, "df": None, "p": None,
+           "p_for": None, "p_against": None, "direction": None, "p_holm": None,
+           "verdict": "inconclusive", "reason": "", "rows": []}
+    out.update(kw)
+    return out
+
+
+def _t_claim(claim: dict, expr: str, p: dict, test: str, unit: str, rows: list) -> dict:
+    """A difference or level claim from its values: the two one-sided t-tests, or why there are none.
+    A tested claim's verdict waits for its Holm p (_decide_t); the others are decided here."""
+    op, c = claim["op"], float(claim["threshold"])
+    base = _result(claim, claim=f"{expr} {op} {c:g}", test=test, n=p["n"], rows=rows)
+    dropped = _dropped(p, unit)
+    if p["n"] < MIN_N:
+        base["reason"] = (f"n = {p['n']} < {MIN_N}: no test and no verdict from fewer than {MIN_N} "
+                          f"{unit}s" + dropped)
+        if p["n"] >= 1:
+            base["estimate"] = (math.fsum(p["d"]) / len(p["d"]) if p["paired"]
+                                else math.fsum(p["a"]) / len(p["a"]) - math.fsum(p["b"]) / len(p["b"]))
+        return base
+    e = _estimate(p)
+    base.update(estimate=e["est"], ci_low=e["lo"], ci_high=e["hi"])
+    if e["se"] == 0.0:
+        holds = e["est"] < c if op == "<" else e["est"] > c
+        base["verdict"] = "reproduced" if holds else "not reproduced"
+        base["reason"] = (f"{expr} = {_f(e['est'])} with zero variance over {p['n']} {unit}s, so no t-test: "
+                          f"decided by the point estimate, which {'is' if holds else 'is not'} {op} {c:g}"
+                          + dropped)
+        return base
+    t = (e["est"] - c) / e["se"]
+    below, above = float(scipy.stats.t.cdf(t, e["df"])), float(scipy.stats.t.sf(t, e["df"]))
+    # for "<" the null "the claim is false" is D >= c, which small t rejects: p_for = P(T <= t)
+    p_for, p_against = (below, above) if op == "<" else (above, below)
+    base.update(t=t, df=e["df"], p_for=p_for, p_against=p_against, p=min(p_for, p_against),
+                direction="for" if p_for <= p_against else "against",
+                _pending=(expr, op, c, unit, dropped))
+    return base
+
+
+def _decide_t(r: dict) -> None:
+    """Verdict and reason of a tested difference / level claim, once its Holm p is known."""
+    expr, op, c, unit, dropped = r.pop("_pending")
+    ph = r["p_holm"]
+    head = (f"{expr} = {_f(r['estimate'])} ({r['test']} over {r['n']} {unit}s, t = {r['t']:.3g}, "
+            f"df = {r['df']:.3g})")
+    if ph < ALPHA:
+        r["verdict"] = "reproduced" if r["direction"] == "for" else "not reproduced"
+        verb = "support" if r["direction"] == "for" else "contradict"
+        r["reason"] = f"{head}: the data {verb} {op} {c:g} with p = {_pv(r['p'])}, Holm p = {_pv(ph)} < {ALPHA}"
+    else:
+        r["verdict"] = "inconclusive"
+        side = "supporting" if r["direction"] == "for" else "contradicting"
+        r["reason"] = (f"{head}: the smaller one-sided p ({side} {op} {c:g}) is {_pv(r['p'])}, "
+                       f"Holm p = {_pv(ph)} >= {ALPHA}")
+    r["reason"] += dropped
+
+
+def _spread(claim: dict, cells: list[tuple[str, dict]], rows: list) -> dict:
+    op, c = claim["op"], float(claim["threshold"])
+    names = [name for name, _ in cells]
+    base = _result(claim, claim=f"spread({', '.join(names)}) {op} {c:g}", rows=rows)
+    metric = claim["metric"]
+    means = []
+    for _, units in cells:
+        vals = list(_values(units, metric)[0].values())
+        means.append(math.fsum(vals) / len(vals) if vals else None)
+    if all(m is not None for m in means):
+        base["estimate"] = max(means) - min(means)
+    pairs = list(itertools.combinations(range(len(cells)), 2))
+    m = len(pairs)
+    level = 1.0 - ALPHA / m  # Bonferroni within the claim: simultaneous 95% over its m pairs
+    base["test"] = f"pairwise t-intervals, Bonferroni over {m} pair{'s' if m != 1 else ''}"
+    results = [_pair(cells[i][1], cells[j][1], metric) for i, j in pairs]
+    n = min(p["n"] for p in results)
+    base["n"] = n
+    diverged = sum(_values(units, metric)[1] for _, units in cells)
+    note = f"; {diverged} diverged run{'s' if diverged != 1 else ''} left out (never averaged)" if diverged else ""
+    if n < MIN_N:
+        i, j = next(ij for ij, p in zip(pairs, results) if p["n"] == n)
+        base["reason"] = (f"n = {n} < {MIN_N} ({names[i]} vs {names[j]}): no intervals and no verdict from "
+                          f"fewer than {MIN_N} seeds" + note)
+        return base
+    ivs = [_estimate(p, level) for p in results]
+    lower = max(max(e["lo"], -e["hi"], 0.0) for e in ivs)  # each interval's distance from 0
+    upper = max(max(abs(e["lo"]), abs(e["hi"])) for e in ivs)
+    base.update(ci_low=lower, ci_high=upper)
+    if op == "<":
+        verdict = "reproduced" if upper < c else "not reproduced" if lower > c else "inconclusive"
+    else:
+        verdict = "reproduced" if lower > c else "not reproduced" if upper < c else "inconclusive"
+    rule = {"reproduced" if op == "<" else "not reproduced":
+            f"every pair's interval lies inside (-{c:g}, {c:g})",
+            "not reproduced" if op == "<" else "reproduced":
+            f"some pair's interval lies wholly outside [-{c:g}, {c:g}]",
+            "inconclusive": f"no pair's interval lies wholly outside [-{c:g}, {c:g}], but not all lie inside"}
+    base["verdict"] = verdict
+    base["reason"] = (f"spread (max - min of {len(cells)} means) = {_f(base['estimate'], False)}; the "
+                      f"simultaneous 95% bounds on it are [{lower:.4f}, {upper:.4f}] ({base['test']}): "
+                      f"{rule[verdict]}; spread claims have no p and are not in the Holm correction" + note)
+    return base
+
+
+def _fails(claim: dict, name: str, units: dict, reference: dict | None, rows: list) -> dict:
+    kind, metric = claim["kind"], claim["metric"]
+    bigram = (reference or {}).get("bigram")
+    bigram = float(bigram) if _is_number(bigram) and math.isfinite(bigram) else None
+    failed = trained = unjudged = missing = 0
+    for run in units.values():
+        s = _status(run, metric)
+        if s == "diverged":
+            failed += 1
+        elif s == "missing":
+            missing += 1
+        elif bigram is None:
+            unjudged += 1
+        elif float(run[metric]) >= bigram:
+            failed += 1
+        else:
+            trained += 1
+    n = failed + trained
+    base = _result(claim, claim=f"{name} {kind}", test="count of failed runs", n=n, rows=rows,
+                   failed=failed)
+    extra = "".join([f"; {missing} run(s) not completed, not counted" if missing else "",
+                     f"; {unjudged} completed run(s) not judged: this report has no bigram level"
+                     if unjudged else ""])
+    if n:
+        base["estimate"] = failed / n
+        ci = scipy.stats.binomtest(failed, n).proportion_ci(0.95, method="exact")
+        base.update(ci_low=float(ci.low), ci_high=float(ci.high))
+    rule = f"a run fails when it diverged or its {metric} is at or above the bigram level"
+    if bigram is not None:
+        rule += f" ({bigram:.4f})"
+    if n < MIN_N:
+        base["reason"] = f"n = {n} < {MIN_N}: no verdict from fewer than {MIN_N} runs ({failed} failed){extra}"
+        return base
+    want_fail = kind == "fails"
+    if failed == n:
+        base["verdict"] = "reproduced" if want_fail else "not reproduced"
+    elif failed == 0:
+        base["verdict"] = "not reproduced" if want_fail else "reproduced"
+    base["reason"] = f"{failed} of {n} runs failed ({rule})" + (
+        "" if base["verdict"] != "inconclusive" else ": neither all nor none") + extra
+    return base
+
+
+def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | None, scale: str) -> list[dict]:
+    """A verdict for each claim that applies at `scale`, in the claims' order.
+
+    cells: one per report row, {"variant", "grid" {axis: value or point name}, "row", "runs"
+    [{"seed", "status", "best_val_loss", "final_val_loss"}]}; reference: {"unigram", "bigram", ...}
+    levels in nats, or None. Each result: id, statement, source, kind, metric, claim (the tested
+    expression), estimate, ci_low / ci_high (95%), test, n, p (raw: the smaller one-sided p),
+    p_for, p_against, direction, p_holm, verdict (VERDICTS), reason (the rule that decided, with
+    its numbers), rows (the report rows of each cell). The rules are in this module's docstring;
+    Holm's correction runs over every returned claim that has a p. A claim that is malformed is
+    returned as inconclusive with the problem as its reason, never raised.
+    """
+    rows = list(cells or [])
+    out: list[dict] = []
+    for i, raw in enumerate(claims or []):
+        errors: list[str] = []
+        claim = _parse(raw, f"claims[{i}]", errors)
+        if claim is None or not claim["valid"]:
+            scales = raw.get("scales") if isinstance(raw, dict) else None
+            if isinstance(scales, list) and scale not in scales:
+                continue
+            get = raw.get if isinstance(raw, dict) else (lambda k, d=None: d)
+            out.append(_result({"id": get("id", f"claims[{i}]"), "statement": get("statement", ""),
+                                "source": get("source", ""), "kind": get("kind"),
+                                "metric": get("metric", "best_val_loss")},
+                               reason=f"the claim is malformed: {errors[0]}"))
+            continue
+        if claim["scales"] is not None and scale not in claim["scales"]:
+            continue
+        out.append(_evaluate_one(claim, rows, reference))
+    tested = {str(k): r["p"] for k, r in enumerate(out) if r.get("p") is not None}
+    for k, ph in stats.holm(tested).items():
+        out[int(k)]["p_holm"] = ph
+        _decide_t(out[int(k)])
+    return out
+
+
+def _evaluate_one(claim: dict, rows: list[dict], reference: dict | None) -> dict:
+    selected, problems = [], []
+    for cell in claim["cells"]:
+        named, problem = _select(cell, rows)
+        if problem:
+            problems.append(problem)
+        selected.append(named)
+    if problems:
+        return _result(claim, verdict=NOT_TESTED, reason=f"{problems[0]}: the claim cannot be tested here")
+    completed, problem = _complete(selected)
+    if problem:
+        return _result(claim, reason=f"the claim is malformed: {problem}")
+    texts = [_cell_text(cell["variant"], named) for cell, named in zip(claim["cells"], completed)]
+    units, row_names = [], []
+    for cell, named in zip(claim["cells"], completed):
+        u, names = _units(cell["variant"], named, rows)
+        units.append(u)
+        row_names.append(names)
+    empty = [t for t, u in zip(texts, units) if not u]
+    if empty:
+        return _result(claim, verdict=NOT_TESTED, rows=row_names,
+                       reason=f"no run of {', '.join(empty)} at this scale")
+    kind, metric = claim["kind"], claim["metric"]
+    if kind == "difference":
+        p = _pair(units[0], units[1], metric)
+        if p["paired"]:
+            test, unit = "paired t", "seed pair"
+        else:
+            test, unit = f"Welch t ({p['na']} vs {p['nb']} seeds)", "seed"
+        return _t_claim(claim, f"{texts[0]} - {texts[1]}", p, test, unit, row_names)
+    if kind == "level":
+        ref = claim["reference"]
+        if isinstance(ref, str):
+            level = (reference or {}).get(ref)
+            if not _is_number(level) or not math.isfinite(level):
+                return _result(claim, claim=f"{texts[0]} - {ref} {claim['op']} {claim['threshold']:g}",
+                               rows=row_names, reason=f"this report has no {ref} level: the claim cannot be judged")
+            label = f"{ref} ({float(level):.4f})"
+        else:
+            level, label = float(ref), f"{float(ref):g}"
+        vals, div, miss = _values(units[0], metric)
+        d = [v - float(level) for v in vals.values()]
+        p = {"paired": True, "d": d, "n": len(d), "diverged": div, "missing": miss}
+        return _t_claim(claim, f"{texts[0]} - {label}", p, "one-sample t", "seed", row_names)
+    if kind == "spread":
+        return _spread(claim, list(zip(texts, units)), row_names)
+    return _fails(claim, texts[0], units[0], reference, row_names)
+
+
+# ---- report blocks -------------------------------------------------------------------------------
+def _interval_text(r: dict) -> str:
+    lo, hi = r.get("ci_low"), r.get("ci_high")
+    if lo is None or hi is None:
+        return "—"
+    if r.get("kind") in ("fails", "trains"):
+        return f"[{lo:.2f}, {hi:.2f}] failing"
+    if r.get("kind") == "spread":
+        return f"[{lo:.4f}, {hi:.4f}] (simultaneous)"
+    return f"[{lo:+.4f}, {hi:+.4f}]"
+
+
+def _estimate_text(r: dict) -> str:
+    est = r.get("estimate")
+    if r.get("kind") in ("fails", "trains"):
+        return "—" if not r.get("n") else f"{r.get('failed', 0)}/{r['n']} failed"
+    if est is None:
+        return "—"
+    return f"{est:.4f}" if r.get("kind") == "spread" else f"{est:+.4f}"
+
+
+def _p_text(r: dict) -> str:
+    if r.get("p_holm") is None:
+        return "—"
+    return f"{r['p_holm']:.3g} (raw {r['p']:.3g})"
+
+
+def claim_blocks(report: dict) -> list[tuple]:
+    """The report blocks of the claims' verdicts (render.py's block tuples): a heading, a table and
+    the rules. A smoke-scale report gets one paragraph and no verdicts; no claims, no blocks."""
+    claims = report.get("claims") or []
+    if not claims:
+        return []
+    if (report.get("spec") or {}).get("scale") == "smoke" or report.get("is_result") is False:
+        return [("p", "smoke: not a result; no verdicts")]
+    headers = ["claim", "statement", "source", "estimate", "95% interval", "test / n", "p (Holm)",
+               "verdict", "reason"]
+    body = []
+    for r in claims:
+        test = r.get("test") or "—"
+        n = r.get("n")
+        body.append([str(r.get("id", "—")), str(r.get("statement") or "—"), str(r.get("source") or "—"),
+                     _estimate_text(r), _interval_text(r), test if n is None else f"{test}, n = {n}",
+                     _p_text(r), str(r.get("verdict") or "—"), str(r.get("reason") or "—")])
+    return [("h2", "Published claims and verdicts"), ("table", headers, body, "lllrrlrll"),
+            ("p", RULES_TEXT)]

@@ -1,0 +1,412 @@
+"""Loss against learning rate in reports: the [tune] phase's curves and chosen values, and the
+learning-rate sensitivity of each design (Wortsman et al. 2023).
+
+    lr_section(spec, store, spec_name, scale, cells, out) -> dict | None
+        None when the spec neither tunes at this scale nor has a learning-rate grid; otherwise
+        {"tuning": {...} | None, "sensitivity": {...} | None, "figures": [{"title", "file"}]},
+        its figures drawn into `out` (lr_tuning.png, lr_sensitivity.png). The caller lists
+        "figures" in the report's figure section.
+    lr_blocks(report) -> blocks for render.py, from report["lr"] (none when it is missing)
+
+Sensitivity (Wortsman et al. 2023), per design (a variant with every grid axis but the learning
+rate fixed) and seed, over the grid's learning rates:
+
+    S = mean_lr min(L(lr), cap) - min_lr min(L(lr), cap)
+
+Wortsman et al. cap at the loss at initialisation; the default cap here is lower, the unigram level
+of the training data, so a run that learns no more than character frequencies counts as failed.
+
+L is the run's final (or best) validation loss; a diverged or failed run counts as the cap. The
+minimum is taken over the capped losses too, which is the plain minimum whenever any learning rate
+beats the cap (and keeps S >= 0 when none does). A seed enters only when it has a result at every
+learning rate of the design. The report gives the mean of S over seeds with its 95% t-interval
+(none below 3 seeds) and the learning rate with the lowest mean capped loss (ties to the smaller).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import ReslabError
+from . import stats
+
+DASH = "—"
+LR_AXIS = "optim.lr"
+CAP_REASON = ("the unigram entropy of the training data: a run no better than predicting character "
+              "frequencies has not learned anything a learning rate could be credited with")
+FINISHED = ("completed", "diverged", "failed")
+TUNING_FIGURE = "lr_tuning.png"
+SENSITIVITY_FIGURE = "lr_sensitivity.png"
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _grid(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    try:
+        out = json.loads(value or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def _row_name(variant: str, grid: dict) -> str:
+    """As the report names its rows: the variant, then each grid axis's last key part and value."""
+    def short(v):
+        return f"{v:g}" if isinstance(v, float) else str(v)
+    return "-".join([variant] + [f"{k.rsplit('.', 1)[-1]}={short(v)}" for k, v in grid.items()])
+
+
+def _scale_grid(spec: dict, scale: str) -> dict:
+    return (spec.get("scale_grid") or {}).get(scale) or spec.get("grid") or {}
+
+
+def _tune_at(spec: dict, scale: str) -> dict | None:
+    tune = spec.get("tune")
+    if not isinstance(tune, dict):
+        return None
+    return tune if tune.get("scales") is None or scale in tune["scales"] else None
+
+
+def _sensitivity_options(spec: dict, scale: str) -> dict | None:
+    """The sensitivity settings when the scale's grid has the axis: the spec's, else the defaults
+    for a learning-rate grid."""
+    opts = (spec.get("report") or {}).get("sensitivity")
+    opts = dict(opts) if isinstance(opts, dict) else {}
+    axis = opts.get("axis") or LR_AXIS
+    values = _scale_grid(spec, scale).get(axis)
+    if not isinstance(values, list) or len(values) < 2:
+        return None
+    return {"axis": axis, "cap": opts.get("cap"), "cap_reason": opts.get("cap_reason") or "",
+            "metric": opts.get("metric") or "final_val_loss"}
+
+
+def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict], out) -> dict | None:
+    """The report's learning-rate section (see the module docstring)."""
+    tune = _tune_at(spec, scale)
+    sens = _sensitivity_options(spec, scale)
+    if tune is None and sens is None:
+        return None
+    from . import plots
+
+    out = Path(out)
+    section: dict = {"tuning": None, "sensitivity": None, "figures": []}
+    if tune is not None:
+        section["tuning"] = tuning_table(spec, store, spec_name, scale, tune)
+        if _draw_tuning(section["tuning"], out / TUNING_FIGURE, plots):
+            section["figures"].append({"title": f"Tuning: validation loss against {tune['axis']}, chosen "
+                                                "values marked", "file": TUNING_FIGURE})
+        else:
+            (out / TUNING_FIGURE).unlink(missing_ok=True)  # a stale figure from an earlier report
+    if sens is not None:
+        cap, reason = sens["cap"], sens["cap_reason"]
+        if cap is None:
+            cap, reason = _unigram_cap(cells), reason or CAP_REASON
+        section["sensitivity"] = sensitivity(cells, sens["axis"], cap, sens["metric"])
+        section["sensitivity"]["cap_reason"] = reason or "given by the spec"
+        if _draw_sensitivity(section["sensitivity"], out / SENSITIVITY_FIGURE, plots):
+            which = "final" if sens["metric"] == "final_val_loss" else "best"
+            section["figures"].append({"title": f"Learning-rate sensitivity: {which} validation loss against "
+                                                f"{sens['axis']}, mean over seeds", "file": SENSITIVITY_FIGURE})
+        else:
+            (out / SENSITIVITY_FIGURE).unlink(missing_ok=True)
+    return section
+
+
+# ---- tuning ----------------------------------------------------------------------------------------
+def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> dict:
+    """Per row: each value's mean metric over the tuning seeds and its n, and the chosen value
+    (as the sweep recorded it; recomputed by the same rule where the record has none)."""
+    from ..sweep.tune import pick, tune_name
+
+    axis, metric, values = tune["axis"], tune.get("metric") or "best_val_loss", sorted(tune["values"])
+    seeds = list(tune.get("seeds") or [])
+    out = {"axis": axis, "metric": metric, "values": values, "seeds": seeds, "rows": [], "note": None}
+    try:
+        planned = [r for r in store.load_spec_record(tune_name(spec_name)).get("runs", []) if r.get("scale") == scale]
+        recorded = [c for c in store.load_spec_record(spec_name).get("tuned") or []
+                    if isinstance(c, dict) and c.get("scale") == scale]
+    except ReslabError:
+        out["note"] = "The tuning runs have not been started yet."
+        return out
+    index = {r["id"]: r for r in store.runs(spec=tune_name(spec_name), scale=scale)}
+    rows: dict[str, dict] = {}
+    for m in planned:
+        grid = _grid(m.get("grid"))
+        point = {k: v for k, v in grid.items() if k != axis}
+        key = json.dumps([m.get("variant"), point], sort_keys=True)
+        row = rows.setdefault(key, {"variant": m.get("variant"), "grid": point,
+                                    "name": _row_name(m.get("variant"), point), "results": {}})
+        r = index.get(m.get("id")) or {}
+        row["results"].setdefault(grid.get(axis), []).append((r.get("status") or "pending", r.get(metric)))
+    chosen = {json.dumps([c.get("variant"), c.get("grid") or {}], sort_keys=True): c for c in recorded}
+    for key, row in rows.items():
+        value, table, note = pick(values, row["results"], len(seeds))
+        if key in chosen:
+            value, note = chosen[key].get("value"), chosen[key].get("note")
+        out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
+                            "values": table, "chosen": value, "note": note})
+    return out
+
+
+def _draw_tuning(table: dict, path: Path, plots) -> bool:
+    lines = [(r, [(e["value"], e["mean"]) for e in r["values"]
+                  if e["mean"] is not None and not e["diverged"] and not e["failed"]]) for r in table["rows"]]
+    lines = [(r, pts) for r, pts in lines if pts]
+    if not lines:
+        return False
+    from matplotlib.figure import Figure
+
+    colors = plots.variant_colors([r["name"] for r, _ in lines])
+    fig = Figure(figsize=plots.FIGSIZE)
+    ax = fig.add_subplot()
+    for r, pts in lines:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, "o-", color=colors[r["name"]], label=r["name"], lw=1.5, ms=4)
+        best = [y for x, y in pts if x == r["chosen"]]
+        if best:
+            ax.plot([r["chosen"]], best, marker="*", ms=16, color=colors[r["name"]], mec="black", ls="none")
+        bad = [e["value"] for e in r["values"] if e["diverged"] or e["failed"]]
+        if bad:  # a value with a diverged or failed tuning run: marked on the top edge
+            ax.plot(bad, [1.0] * len(bad), "x", color=colors[r["name"]], ms=8, transform=ax.get_xaxis_transform())
+    ax.set_xscale("log")
+    ax.set_xlabel(table["axis"] + " (log scale)")
+    ax.set_ylabel(f"{table['metric'].replace('_', ' ')}, mean over {len(table['seeds'])} tuning seeds")
+    ax.set_title("Tuning: * = chosen value, x on top = a diverged or failed tuning run")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> bool:
+    from ..fileio import atomic_path
+    from .plots import DPI
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+    fig.clear()
+    return True
+
+
+# ---- sensitivity -----------------------------------------------------------------------------------
+def _unigram_cap(cells: list[dict]) -> float | None:
+    """The unigram entropy (nats) of the training split of the cells' runs' data, or None."""
+    from ..sweep.tune import folder_config
+
+    for cell in cells:
+        for run in cell.get("runs") or []:
+            config = folder_config(run["path"]) if run.get("path") else None
+            if config:
+                return _entropy(config)
+    return None
+
+
+def _entropy(config: dict) -> float | None:
+    import numpy as np
+
+    from ..data import prepare_dataset
+    from ..data.config import DataConfig
+    from ..typed import from_dict
+
+    try:
+        data = prepare_dataset(from_dict(DataConfig, config["data"]), progress=False, log=lambda *_: None)
+    except (ReslabError, OSError, KeyError, TypeError):
+        return None
+    tokens = np.asarray(data.train[:10_000_000])
+    return stats.unigram_entropy(np.bincount(tokens, minlength=data.vocab_size))
+
+
+def seed_sensitivity(losses: list[float], cap: float) -> float:
+    """S of one seed over its learning rates: losses are already capped (a failed run = cap)."""
+    capped = [min(x, cap) for x in losses]
+    return math.fsum(capped) / len(capped) - min(capped)
+
+
+def sensitivity(cells: list[dict], axis: str, cap: float | None, metric: str = "final_val_loss") -> dict:
+    """Per design: per-seed S, their mean with a 95% t-interval (n >= 3), the mean capped loss per
+    learning rate and the best learning rate. cap None: no cap could be found (nothing computed)."""
+    out = {"axis": axis, "cap": cap, "metric": metric, "designs": [], "lrs": []}
+    if cap is None:
+        out["note"] = "No cap: the spec gives none and the corpus's unigram entropy could not be computed."
+        return out
+    designs: dict[str, dict] = {}
+    for cell in cells:
+        grid = _grid(cell.get("grid"))
+        if axis not in grid or not _finite(grid[axis]):
+            continue
+        rest = {k: v for k, v in grid.items() if k != axis}
+        name = _row_name(cell.get("variant"), rest)
+        d = designs.setdefault(name, {"design": name, "variant": cell.get("variant"), "grid": rest, "by_seed": {}})
+        for run in cell.get("runs") or []:
+            status, value = run.get("status"), run.get(metric)
+            if status == "completed" and _finite(value):
+                loss, kind = min(float(value), cap), ("capped" if value > cap else "ok")
+            elif status in FINISHED:  # diverged, failed, or completed without a finite loss
+                loss, kind = cap, (status if status != "completed" else "failed")
+            else:
+                continue  # not finished: this seed has no result at this learning rate
+            d["by_seed"].setdefault(run.get("seed"), {})[grid[axis]] = loss
+            d.setdefault("kinds", {})[(run.get("seed"), grid[axis])] = kind
+        d.setdefault("lrs", set()).add(grid[axis])
+    all_lrs: set = set()
+    for d in designs.values():
+        lrs = sorted(d.pop("lrs"))
+        all_lrs |= set(lrs)
+        complete = {s: v for s, v in d["by_seed"].items() if all(lr in v for lr in lrs)}
+        per_seed = {s: seed_sensitivity([v[lr] for lr in lrs], cap) for s, v in complete.items()}
+        summary = stats.summarize(list(per_seed.values()))
+        means = {}
+        for lr in lrs:
+            vals = [v[lr] for v in d["by_seed"].values() if lr in v]
+            means[lr] = math.fsum(vals) / len(vals) if vals else None
+        best_lr = None
+        for lr in lrs:  # ascending: a tie keeps the smaller learning rate
+            if means[lr] is not None and (best_lr is None or means[lr] < means[best_lr]):
+                best_lr = lr
+        d.update(lrs=lrs, per_seed=[{"seed": s, "sensitivity": x} for s, x in per_seed.items()],
+                 seeds_incomplete=sorted((s for s in d["by_seed"] if s not in complete), key=str),
+                 mean=summary["mean"], std=summary["std"], ci_low=summary["ci_low"], ci_high=summary["ci_high"],
+                 n=summary["n"], mean_loss=[{"lr": lr, "mean": means[lr]} for lr in lrs], best_lr=best_lr,
+                 best_loss=means.get(best_lr) if best_lr is not None else None,
+                 never_below_cap=all(x >= cap for v in d["by_seed"].values() for x in v.values()),
+                 points=[{"seed": s, "lr": lr, "loss": x, "kind": d["kinds"][(s, lr)]}
+                         for s, v in d["by_seed"].items() for lr, x in v.items()])
+        out["designs"].append(d)
+        del d["by_seed"]
+        d.pop("kinds", None)
+    out["lrs"] = sorted(all_lrs)
+    return out
+
+
+def _draw_sensitivity(sens: dict, path: Path, plots) -> bool:
+    designs = [d for d in sens["designs"] if any(p["loss"] is not None for p in d["points"])]
+    if not designs:
+        return False
+    from matplotlib.figure import Figure
+
+    colors = plots.variant_colors([d["design"] for d in designs])
+    fig = Figure(figsize=plots.FIGSIZE)
+    ax = fig.add_subplot()
+    cap = sens["cap"]
+    for d in designs:
+        c = colors[d["design"]]
+        pts = [(e["lr"], e["mean"]) for e in d["mean_loss"] if e["mean"] is not None]
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, "-", color=c, lw=1.8, label=f"{d['design']} (mean over seeds)")
+        for kinds, marker in ((("ok", "capped"), "o"), (("diverged", "failed"), "x")):
+            pts = [(p["lr"], p["loss"]) for p in d["points"] if p["kind"] in kinds]
+            if pts:  # x: a diverged or failed run, drawn at the cap it counts as
+                ax.plot(*zip(*pts), marker, color=c, ms=3 if marker == "o" else 7, alpha=0.6, ls="none")
+        if d.get("best_lr") is not None and d.get("best_loss") is not None:
+            ax.plot([d["best_lr"]], [d["best_loss"]], marker="*", ms=13, color=c, mec="black", ls="none")
+    ax.axhline(cap, ls="--", color="grey", lw=1.2, label=f"cap {cap:.2f} nats")
+    ax.set_xscale("log")
+    ax.set_xlabel(sens["axis"] + " (log scale)")
+    which = "final" if sens["metric"] == "final_val_loss" else "best"
+    ax.set_ylabel(f"{which} validation loss (nats), capped")
+    ax.set_title("Loss against learning rate: dots = seeds, x = diverged or failed, * = best")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+# ---- blocks --------------------------------------------------------------------------------------
+def _loss(x) -> str:
+    return f"{x:.4f}" if _finite(x) else DASH
+
+
+def _v(x) -> str:
+    return f"{x:g}" if _finite(x) else DASH
+
+
+def _tuning_cell(e: dict, n_seeds: int) -> str:
+    text = _loss(e.get("mean"))
+    marks = []
+    if e.get("n", 0) != n_seeds and e.get("mean") is not None:
+        marks.append(f"n={e['n']}")
+    for key in ("diverged", "failed", "unfinished"):
+        if e.get(key):
+            marks.append(f"{e[key]} {key}")
+    return text + (f" ({', '.join(marks)})" if marks else "")
+
+
+def lr_blocks(report: dict) -> list[tuple]:
+    """The report blocks of the learning-rate section (figures are listed in the section's
+    "figures", which the report's figure section shows)."""
+    section = report.get("lr")
+    if not isinstance(section, dict):
+        return []
+    blocks: list[tuple] = []
+    tuning = section.get("tuning")
+    if isinstance(tuning, dict):
+        blocks += _tuning_blocks(tuning)
+    sens = section.get("sensitivity")
+    if isinstance(sens, dict):
+        blocks += _sensitivity_blocks(sens)
+    return blocks
+
+
+def _tuning_blocks(t: dict) -> list[tuple]:
+    axis, values, seeds = t.get("axis", LR_AXIS), t.get("values") or [], t.get("seeds") or []
+    head = "Learning rate: each design at its own" if axis == LR_AXIS else f"{axis}: each design at its own"
+    metric = str(t.get("metric", "best_val_loss")).replace("_", " ")
+    b: list[tuple] = [("h2", head),
+                      ("p", f"Before the comparison runs, each row trained at every value of {axis} on "
+                            f"{len(seeds)} tuning seed(s) ({', '.join(map(str, seeds))}); each cell is the mean "
+                            f"{metric} over them. The comparison runs of a row use its chosen value.")]
+    if t.get("note"):
+        b.append(("p", str(t["note"])))
+    rows = []
+    for r in t.get("rows") or []:
+        by_value = {e["value"]: e for e in r.get("values") or []}
+        chosen = _v(r.get("chosen")) + (f" ({r['note']})" if r.get("note") else "")
+        rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], len(seeds)) if v in by_value else DASH
+                                            for v in values] + [chosen])
+    if rows:
+        b.append(("table", ["row"] + [f"{axis.rsplit('.', 1)[-1]} = {_v(v)}" for v in values] + ["chosen"],
+                  rows, "l" + "r" * len(values) + "l"))
+    b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "
+                   "or failed tuning run is worse than any value without; ties go to the smaller value; if "
+                   "every value failed, the smallest is taken and the row says so. The tuning seeds are "
+                   "disjoint from the comparison seeds, so no comparison run helped choose its own value."))
+    return b
+
+
+def _sensitivity_blocks(s: dict) -> list[tuple]:
+    axis, cap = s.get("axis", LR_AXIS), s.get("cap")
+    which = "final" if s.get("metric") == "final_val_loss" else "best"
+    b: list[tuple] = [("h2", "Learning-rate sensitivity (Wortsman et al. 2023)")]
+    if s.get("note"):
+        return b + [("p", str(s["note"]))]
+    b.append(("p", f"Sensitivity of a design = mean over the {axis} grid of min(L, cap) − min over the grid of "
+                   f"min(L, cap), per seed, with L the run's {which} validation loss and a diverged or failed "
+                   f"run counted as the cap; then the mean over seeds (± sd) and its 95% t-interval (none below "
+                   f"3 seeds). Lower is less sensitive. Cap: {_loss(cap)} nats, {s.get('cap_reason')}. "
+                   "(Wortsman et al. cap at the loss at initialisation; a lower cap counts every run that does "
+                   "not beat it as failed.)"))
+    lrs = s.get("lrs") or []
+    rows = []
+    for d in s.get("designs") or []:
+        means = {e["lr"]: e["mean"] for e in d.get("mean_loss") or []}
+        mean, std, n = d.get("mean"), d.get("std"), d.get("n") or 0
+        cell = DASH if mean is None else (_loss(mean) + ("" if std is None else f" ± {std:.4f}"))
+        if d.get("never_below_cap") and mean is not None:  # S = 0 then says nothing about stability
+            cell += " (never below the cap)"
+        interval = "n<3: no interval" if n < 3 else f"[{_loss(d.get('ci_low'))}, {_loss(d.get('ci_high'))}]"
+        seeds = str(n) + (f" (+{len(d['seeds_incomplete'])} incomplete)" if d.get("seeds_incomplete") else "")
+        rows.append([str(d.get("design")), cell, interval, seeds, _v(d.get("best_lr")), _loss(d.get("best_loss"))]
+                    + [_loss(means.get(lr)) for lr in lrs])
+    if rows:
+        b.append(("table", ["design", "sensitivity (mean ± sd)", "95% t-interval", "seeds", f"best {axis}",
+                            f"{which} loss at best"] + [f"{_v(lr)}" for lr in lrs],
+                  rows, "lrrrrr" + "r" * len(lrs)))
+        b.append(("p", f"The columns after 'best' are the mean capped {which} validation loss at each {axis} "
+                       "over the seeds with a result there; a seed enters the sensitivity only with a result at "
+                       "every value. The best value is the one with the lowest mean (ties to the smaller)."))
+    return b

@@ -1,0 +1,349 @@
+"""[tune]: each design's own learning rate, chosen on tuning seeds before the comparison runs.
+
+    [tune]
+    axis = "optim.lr"                 # a dotted config key, not also a grid axis
+    values = [3e-4, 1e-3, 3e-3]       # at least 2 (kept sorted ascending)
+    seeds = [9001, 9002]              # disjoint from the spec's seeds
+    metric = "best_val_loss"          # or "final_val_loss"
+    scales = ["cpu"]                  # optional: the scales that tune (default: every scale)
+
+At a scale that tunes, a sweep runs in two phases:
+
+    tuning      every row (variant x grid point) x every value x every tuning seed, as its own
+                sweep named <spec>.tune (the axis is one more grid axis there), resumed and reported
+                like any sweep
+    choice      per row, the value with the lowest mean metric over the tuning seeds; a value with a
+                diverged or failed tuning run is worse than any value without; ties go to the
+                smaller value; if every value failed, the smallest (and the choice says so)
+    comparison  the spec's own runs, each row at its chosen value (merged into the run's config
+                after the grid point, so the value is part of the run's identity)
+
+The choices are recorded in the spec's record (specs/<spec>.json, "tuned") for the report. They
+are recomputed from the tuning runs' folders on every run of the sweep, so a rerun that finds the
+tuning runs finished chooses the same values and trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from pathlib import Path
+
+from ..errors import ReslabError
+
+TUNE_SUFFIX = ".tune"
+NOT_CHOSEN_YET = "tuning not finished"
+
+
+def tune_name(spec_name: str) -> str:
+    """The name of a spec's tuning sweep in the store."""
+    return spec_name + TUNE_SUFFIX
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v) -> bool:
+    return _number(v) and math.isfinite(v)
+
+
+def _unwrap(tp):
+    """Optional[T] -> T (the config's nested tables are never unions otherwise)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
+
+
+def axis_problem(axis: str) -> str | None:
+    """Why `axis` is not a dotted key of one value in a run config (None: it is one)."""
+    from ..train.config import RunConfig
+    from .spec import RUNNER_FIXED
+
+    parts = axis.split(".")
+    if len(parts) < 2 or not all(parts):
+        return f"{axis!r} is not a dotted config key such as 'optim.lr'"
+    cls = RunConfig
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return f"{axis!r}: {'.'.join(parts[:i])} is a value, not a table"
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        if part not in names:
+            table = ".".join(parts[:i]) or "the config"
+            return f"{axis!r}: {part!r} is not a key of {table}; it has {', '.join(names)}"
+        cls = _unwrap(typing.get_type_hints(cls)[part])
+    if dataclasses.is_dataclass(cls):
+        return f"{axis!r} is a table; tune one of its keys, e.g. '{axis}.{dataclasses.fields(cls)[0].name}'"
+    if axis == "train.seed":
+        return "'train.seed': the tuning seeds are tune.seeds; tune another key"
+    table, _, key = axis.partition(".")
+    if key in RUNNER_FIXED.get(table, {}):
+        return f"{axis!r} is set by the sweep runner for every run; tune another key"
+    return None
+
+
+def _sets(table: dict, axis: str) -> bool:
+    """Whether an override table sets the dotted key."""
+    node = table
+    for part in axis.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def check_tune(spec, errors: list[str]) -> None:
+    """Problems of the spec's [tune] table (and of [report] sensitivity), appended to errors at
+    their path, one line each."""
+    _check_sensitivity(spec, errors)
+    t = spec.tune
+    if t is None:
+        return
+    from .spec import MAX_RUNS, NAME_RE, _check_overrides, _nested, planned_count
+
+    if not NAME_RE.match(tune_name(spec.name)):
+        errors.append(f"name: the tuning sweep's name {tune_name(spec.name)!r} must be letters, digits, "
+                      "'_', '.', '+' or '-' (it names folders)")
+    problem = axis_problem(t.axis)
+    if problem:
+        errors.append(f"tune.axis: {problem}")
+    values = t.values
+    if len(values) < 2:
+        errors.append(f"tune.values: give at least 2 values to choose from, got {values}")
+    bad = [v for v in values if not _finite(v)]
+    if bad:
+        errors.append(f"tune.values: must be finite numbers, got {bad[0]!r}")
+    elif len(set(values)) != len(values):
+        errors.append(f"tune.values: {values} repeats a value")
+    elif t.axis == "optim.lr" and any(v <= 0 for v in values):
+        errors.append(f"tune.values: learning rates must be > 0, got {min(values)!r}")
+    elif not problem:
+        lines: dict[str, str] = {}
+        for i, v in enumerate(values):
+            found: list[str] = []
+            _check_overrides(_nested(t.axis, v), "", found)
+            for line in found:
+                lines.setdefault(line, f"tune.values[{i}]: {line}")
+        errors += list(lines.values())
+    from .spec import check_seed_list
+
+    check_seed_list(t.seeds, "tune.seeds", "[9001, 9002]", errors)
+    shared = sorted(set(t.seeds) & set(spec.seeds))
+    if shared:
+        errors.append(f"tune.seeds: {shared} are also the spec's seeds; tuning seeds must be disjoint from "
+                      "them, or the comparison would be judged on the runs that chose its values")
+    if t.scales is not None:
+        if not spec.scales:
+            errors.append("tune.scales: the spec declares no scales; remove tune.scales to tune the runs")
+        elif not t.scales:
+            errors.append("tune.scales: empty; list the scales that tune, or remove it to tune every scale")
+        for s in t.scales:
+            if spec.scales and s not in spec.scales:
+                errors.append(f"tune.scales: unknown scale {s!r}; scales are {', '.join(sorted(spec.scales))}")
+    from .spec import _grids
+
+    for where, grid in _grids(spec):
+        if t.axis in grid:
+            errors.append(f"tune.axis: {t.axis} is also the grid axis {where}[{t.axis!r}]; a row's value "
+                          "comes from tuning, so remove one of them")
+        for key, points in grid.items():
+            if isinstance(points, dict):
+                for name, table in points.items():
+                    if isinstance(table, dict) and _sets(table, t.axis):
+                        errors.append(f"{where}.{key}.{name}: sets {t.axis}, which tune.axis chooses for each row; "
+                                      "remove it")
+    if _sets(spec.overrides, t.axis):
+        errors.append(f"overrides: sets {t.axis}, which tune.axis chooses for each row; remove it")
+    per_seed = planned_count(spec) // max(len(spec.seeds), 1)
+    if per_seed * len(values) * len(t.seeds) > MAX_RUNS:
+        errors.append(f"tune: plans {per_seed * len(values) * len(t.seeds):,} tuning runs (rows x values x "
+                      f"seeds), more than {MAX_RUNS:,}; shorten its values or seeds")
+
+
+def _check_sensitivity(spec, errors: list[str]) -> None:
+    s = spec.report.sensitivity
+    if s is None:
+        return
+    from .spec import _grids
+
+    axes = [(where, grid[s.axis]) for where, grid in _grids(spec) if s.axis in grid]
+    if not axes:
+        errors.append(f"report.sensitivity.axis: {s.axis!r} is not a grid axis of this spec; the "
+                      "sensitivity is taken over a grid of values, e.g. grid.\"optim.lr\" = [1e-3, 3e-3, 1e-2]")
+    for where, values in axes:
+        if not isinstance(values, list) or len(values) < 2 or not all(_finite(v) and v > 0 for v in values):
+            errors.append(f"report.sensitivity.axis: {where}[{s.axis!r}] must list at least 2 positive "
+                          "numbers (they are plotted on a log axis)")
+    if s.cap is not None and s.cap <= 0:
+        errors.append(f"report.sensitivity.cap: must be > 0 nats, got {s.cap}")
+
+
+# ---- planning ------------------------------------------------------------------------------------
+def tuning_scales(spec, scales: list[str] | None = None) -> list[str]:
+    """The chosen scales that tune ("" for a spec without scales)."""
+    from .spec import chosen_scales
+
+    if spec.tune is None:
+        return []
+    return [s for s in chosen_scales(spec, scales) if spec.tune.tunes(s)]
+
+
+def tuning_spec(spec):
+    """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds."""
+    t = spec.tune
+    return spec.replace(
+        name=tune_name(spec.name), seeds=list(t.seeds), tune=None, study=None, claims=[],
+        grid=dict(spec.grid, **{t.axis: list(t.values)}),
+        **({"scale_grid": {s: dict(g, **{t.axis: list(t.values)}) for s, g in spec.scale_grid.items()}}
+           if getattr(spec, "scale_grid", None) else {}),
+        report=dataclasses.replace(spec.report, published=[], sensitivity=None),
+        description=(f"tuning {t.axis} for {spec.name}" + (f": {spec.description}" if spec.description else "")))
+
+
+def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec") -> list:
+    """The planned tuning runs of the chosen scales that tune ([] when none does)."""
+    from .spec import expand
+
+    tscales = tuning_scales(spec, scales)
+    if not tscales:
+        return []
+    return expand(tuning_spec(spec), tscales if spec.scales else None, where=where)
+
+
+def check_override_conflict(spec, scales: list[str] | None = None, where: str = "--set") -> None:
+    """--set of the tuned key at a scale that tunes: one line, refused (the value is the tuning's)."""
+    if spec.tune is None or not _sets(spec.overrides, spec.tune.axis) or not tuning_scales(spec, scales):
+        return
+    at = ", ".join(s for s in tuning_scales(spec, scales) if s) or "every run"
+    raise ReslabError(f"{where} {spec.tune.axis}: conflicts with [tune] axis {spec.tune.axis}, which chooses each "
+                      f"row's own value ({at}); drop the {where}, or run a scale that does not tune")
+
+
+def _row_of(run, axis: str) -> tuple[str, str, dict]:
+    return run.scale, run.variant, {k: v for k, v in run.grid.items() if k != axis}
+
+
+def _status(store, run) -> dict:
+    from ..train.run_folder import RunFolder
+
+    folder = store.folder_for(run.id, run.label)
+    return RunFolder(folder).read_status() if folder.is_dir() else {}
+
+
+# ---- the choice ----------------------------------------------------------------------------------
+def pick(values: list, results: dict, n_seeds: int) -> tuple[object, list[dict], str | None]:
+    """The rule, on one row: results maps value -> [(status, metric)] of its tuning runs.
+
+    Returns (chosen value or None while a run is unfinished, one summary per value, a note or None).
+    A value is eligible when each of its n_seeds runs completed with a finite metric; the eligible
+    value with the lowest mean wins, ties to the smaller value (values are scanned ascending, and
+    only a strictly lower mean replaces the best). No eligible value: the smallest, with a note."""
+    table, best, best_mean, unfinished = [], None, math.inf, False
+    for v in sorted(values):
+        res = results.get(v, [])
+        done = [m for st, m in res if st == "completed" and _finite(m)]
+        diverged = sum(st == "diverged" for st, _ in res)
+        failed = sum(st == "failed" or (st == "completed" and not _finite(m)) for st, m in res)
+        waiting = n_seeds - len(done) - diverged - failed
+        unfinished |= waiting > 0
+        mean = math.fsum(done) / len(done) if done else None
+        table.append({"value": v, "mean": mean, "n": len(done), "diverged": diverged, "failed": failed,
+                      "unfinished": max(waiting, 0)})
+        if not waiting and not diverged and not failed and mean < best_mean:
+            best, best_mean = v, mean
+    if unfinished:
+        return None, table, NOT_CHOSEN_YET
+    if best is None:
+        return min(values), table, "every value diverged or failed; took the smallest"
+    return best, table, None
+
+
+def choose(spec, store, scales: list[str] | None = None, runs: list | None = None) -> list[dict]:
+    """Each tuning row's choice from its tuning runs' folders (the truth, not the index):
+    [{"scale", "variant", "grid", "axis", "metric", "value", "values": [{value, mean, n, diverged,
+    failed, unfinished}], "note"}], in the tuning plan's row order. value is None while unfinished."""
+    t = spec.tune
+    runs = tuning_runs(spec, scales) if runs is None else runs
+    rows: dict[str, dict] = {}
+    for run in runs:
+        scale, variant, point = _row_of(run, t.axis)
+        key = json.dumps([scale, variant, point], sort_keys=True)
+        row = rows.setdefault(key, {"scale": scale, "variant": variant, "grid": point, "results": {}})
+        st = _status(store, run)
+        row["results"].setdefault(run.grid[t.axis], []).append((st.get("status", "pending"), st.get(t.metric)))
+    out = []
+    for row in rows.values():
+        value, table, note = pick(list(t.values), row["results"], len(t.seeds))
+        out.append({"scale": row["scale"], "variant": row["variant"], "grid": row["grid"], "axis": t.axis,
+                    "metric": t.metric, "seeds": list(t.seeds), "value": value, "values": table, "note": note})
+    return out
+
+
+def tuned_values(choices: list[dict]) -> dict:
+    """tuned_key -> value for expand(), from the rows that have a value."""
+    from .spec import tuned_key
+
+    return {tuned_key(c["scale"], c["variant"], c["grid"]): c["value"] for c in choices if c["value"] is not None}
+
+
+def choice_line(spec_name: str, c: dict) -> str:
+    """One line per row for the sweep's log: the chosen value and each value's mean."""
+    def cell(e):
+        if e["diverged"] or e["failed"]:
+            return f"{e['value']:g} {e['diverged']} diverged/{e['failed']} failed"
+        return f"{e['value']:g} {e['mean']:.4f}" if e["mean"] is not None else f"{e['value']:g} -"
+    row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
+    head = f"tuned {spec_name} {(c['scale'] + ' ') if c['scale'] else ''}{row}: {c['axis']} = "
+    head += "(none yet)" if c["value"] is None else f"{c['value']:g}"
+    tail = f" [{c['note']}]" if c["note"] else ""
+    return f"{head}  ({c['metric']} mean over {len(c['seeds'])} tuning seeds: " + \
+        ", ".join(cell(e) for e in c["values"]) + ")" + tail
+
+
+def comparison_counts(spec, scales: list[str] | None = None, runs: list | None = None) -> dict[str, int]:
+    """scale -> how many comparison runs a tuning scale plans once tuned (rows x seeds)."""
+    runs = tuning_runs(spec, scales) if runs is None else runs
+    rows: dict[str, set] = {}
+    for run in runs:
+        scale, variant, point = _row_of(run, spec.tune.axis)
+        rows.setdefault(scale, set()).add(json.dumps([variant, point], sort_keys=True))
+    return {s: len(r) * len(spec.seeds) for s, r in rows.items()}
+
+
+def plan(spec, store, scales: list[str] | None = None) -> dict:
+    """What a sweep of `spec` would do now, without writing anything: {"tuning": tuning runs,
+    "choices": rows' choices so far, "comparison": the comparison runs known now (every scale that
+    does not tune, and the tuned rows), "after": {scale: comparison runs that wait for tuning}}."""
+    from .spec import expand
+
+    truns = tuning_runs(spec, scales)
+    choices = choose(spec, store, scales, truns) if truns else []
+    comparison = expand(spec, scales, tuned=tuned_values(choices))
+    after: dict[str, int] = {}
+    for c in choices:
+        if c["value"] is None:
+            after[c["scale"]] = after.get(c["scale"], 0) + len(spec.seeds)
+    return {"tuning": truns, "choices": choices, "comparison": comparison, "after": after}
+
+
+def all_planned(spec, scales: list[str] | None = None) -> tuple[list, int]:
+    """(every run whose config is known before training: the tuning runs and the comparison runs of
+    the scales that do not tune, number of comparison runs planned after tuning); for the checks
+    and estimates that come before a sweep starts."""
+    from .spec import expand
+
+    truns = tuning_runs(spec, scales)
+    later = sum(comparison_counts(spec, scales, truns).values()) if truns else 0
+    return truns + expand(spec, scales), later
+
+
+def folder_config(path) -> dict | None:
+    """A run folder's planned config (sweep.json), or None."""
+    from ..fileio import read_json
+
+    try:
+        return read_json(Path(path) / "sweep.json", "sweep membership").get("config")
+    except (ReslabError, OSError, AttributeError, TypeError):
+        return None

@@ -1,0 +1,209 @@
+"""bench/study_docs.py: the study sections of the README and the docs, written from report.json files
+(synthetic ones here): only the marked region changes, human notes survive, smoke is skipped, a
+file without markers is refused with one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reslab.report.claims import evaluate_claims
+
+from .conftest import bench_module
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- studies:begin -->", "<!-- studies:end -->"
+PNG = b"\x89PNG\r\n\x1a\nnot really an image, only bytes to copy"
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return bench_module("study_docs")
+
+
+def _row(variant, values, baseline=False, diff=None, p_holm=None, collapsed=0, diverged=0):
+    n = len(values)
+    mean = sum(values) / n
+    std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    return {"variant": variant, "n": n, "n_planned": 3, "is_baseline": baseline,
+            "best": {"n": n, "mean": mean, "std": std, "ci_low": mean - 0.1 if n >= 3 else None,
+                     "ci_high": mean + 0.1 if n >= 3 else None, "values": values},
+            "diff": diff, "test": None if baseline else {"test": "paired", "p_holm": p_holm},
+            "collapsed": collapsed, "diverged": diverged, "failed": 0}
+
+
+def write_report(store: Path, name: str, scale: str = "tiny", question: str = "Does it work?",
+                 claims: list | None = None) -> Path:
+    folder = store / "reports" / f"{name}-{scale}"
+    folder.mkdir(parents=True)
+    (folder / "val_loss.png").write_bytes(PNG)
+    report = {
+        "title": f"{name} ({scale} scale)", "generated": "2026-12-01 10:00 on testbox (x86_64)",
+        "spec": {"name": name, "question": question, "scale": scale, "baseline": "full", "seeds": [1, 2, 3]},
+        "reference": {"unigram": 3.35, "bigram": 2.48, "method": "count models"},
+        "table": [_row("full", [2.10, 2.12, 2.14], baseline=True),
+                  _row("none", [3.35, 3.36], diff=1.2450, p_holm=0.0123, collapsed=2)],
+        "claims": claims or [],
+        "figures": [{"title": "Validation loss", "file": "val_loss.png"}],
+    }
+    (folder / "report.json").write_text(json.dumps(report))
+    return folder
+
+
+def target(path: Path, region: str = "\nstale table from an older run\n", before: str = "# Title\r\n\nintro ü\n\n## Studies\n",
+           after: str = "\n## After\nkeep me exactly\n") -> tuple[Path, str, str]:
+    path.write_bytes((before + BEGIN + region + END + after).encode("utf-8"))
+    return path, before + BEGIN, END + after
+
+
+def run(docs, tmp: Path, *extra) -> int:
+    return docs.main([str(tmp / "out"), "--readme", str(tmp / "README.md"), "--docs", str(tmp / "docs" / "studies.md"),
+                      "--figures", str(tmp / "docs" / "studies"), *extra])
+
+
+@pytest.fixture
+def out(tmp_path):
+    store = tmp_path / "out" / "store"
+    cells = [{"variant": "full", "grid": {}, "row": "full",
+              "runs": [{"seed": s, "status": "completed", "best_val_loss": v, "final_val_loss": v}
+                       for s, v in ((1, 2.10), (2, 2.12), (3, 2.14))]},
+             {"variant": "none", "grid": {}, "row": "none",
+              "runs": [{"seed": s, "status": "completed", "best_val_loss": v, "final_val_loss": v}
+                       for s, v in ((1, 3.35), (2, 3.36), (3, 3.34))]}]
+    verdicts = evaluate_claims([{"id": "none-collapses", "statement": "Without skips it collapses",
+                                 "source": "seed 000", "kind": "fails", "a": "none"}],
+                               cells, {"unigram": 3.35, "bigram": 2.48}, "tiny")
+    write_report(store, "alpha", claims=verdicts)
+    (tmp_path / "out" / "walls.tsv").write_text("alpha\t600\t2026-11-30T07:00Z\nalpha\t90\t2026-12-01T09:30Z\n")
+    (tmp_path / "docs").mkdir()
+    return tmp_path
+
+
+def test_the_region_is_replaced_and_the_rest_is_byte_identical(docs, out):
+    readme, head, tail = target(out / "README.md")
+    studies, dhead, dtail = target(out / "docs" / "studies.md", before="# Studies\n")
+    assert run(docs, out) == 0
+    text = readme.read_bytes().decode("utf-8")
+    assert text.startswith(head) and text.endswith(tail)
+    region = text[len(head):-len(tail)]
+    assert "stale table" not in region
+    assert "\n### alpha: Does it work?\n" in region  # one level below "## Studies"
+    # the last walls.tsv line of a study wins
+    assert "Sweep `alpha` at scale tiny (not a built-in study): 1.5 min wall, 2026-12-01T09:30Z" in region
+    assert "Reference levels (nats/token, validation split; method in the report): unigram 3.3500, bigram 2.4800." in region
+    assert "| full (baseline) | 3/3 | 2.1200 ± 0.0200 | [2.0200, 2.2200] | baseline | 0.360 below | — |" in region
+    assert "| none | 2/3 | 3.3550 ± 0.0071 | n<3: none | +1.2450 (p 0.0123) | 0.875 above | 2 collapsed, n = 2 |" in region
+    assert "#### Published claims and verdicts" in region
+    assert "| none-collapses | Without skips it collapses | seed 000 | 3/3 failed |" in region
+    assert "| reproduced |" in region
+    assert "[Validation loss](docs/studies/alpha-tiny-val_loss.png)" in region
+    assert (out / "docs" / "studies" / "alpha-tiny-val_loss.png").read_bytes() == PNG
+    # every built-in study is listed; one without a report says so instead of keeping old numbers
+    assert "### partial-residual" in region and "Not run: the store these sections were generated from has no report of partial-residual" in region
+    dtext = studies.read_bytes().decode("utf-8")
+    assert dtext.startswith(dhead) and dtext.endswith(dtail)
+    assert "\n## alpha: Does it work?\n" in dtext  # below "# Studies"
+    assert "[Validation loss](studies/alpha-tiny-val_loss.png)" in dtext  # relative to docs/
+
+
+def test_human_notes_survive_regeneration(docs, out):
+    region = ("\nold\n<!-- note:alpha -->\nWe think this agrees with the paper.\n  Indented | pipes |\n<!-- /note:alpha -->\n"
+              "junk\n<!-- note:alpha/second -->second note<!-- /note:alpha/second -->\n"
+              "<!-- note:retired-study -->a study that is gone<!-- /note:retired-study -->\n")
+    readme, head, tail = target(out / "README.md", region=region)
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    first = readme.read_text(encoding="utf-8")
+    assert "junk" not in first and "\nold\n" not in first
+    label = "**Note (human, not generated):**"
+    assert f"{label}\n<!-- note:alpha -->\nWe think this agrees with the paper.\n  Indented | pipes |\n<!-- /note:alpha -->" in first
+    assert f"{label}\n<!-- note:alpha/second -->second note<!-- /note:alpha/second -->" in first
+    # alpha's notes sit in alpha's section, before the next study's heading
+    alpha = first.index("### alpha:")
+    nxt = first.index("\n### ", alpha + 1)
+    assert alpha < first.index("<!-- note:alpha -->") < first.index("<!-- note:alpha/second -->") < nxt
+    # a note on a study no longer listed is kept, in a section of its own
+    assert "### Notes on studies not listed above (human, not generated)" in first
+    assert "<!-- note:retired-study -->a study that is gone<!-- /note:retired-study -->" in first
+    assert run(docs, out) == 0
+    assert readme.read_text(encoding="utf-8") == first  # regeneration is stable: no label piles up
+
+
+def test_smoke_reports_are_skipped_with_a_line(docs, out, capsys):
+    write_report(out / "out" / "store", "beta", scale="smoke")
+    readme, _, _ = target(out / "README.md")
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    err = capsys.readouterr().err
+    assert "skipped" in err and "beta-smoke" in err and "not a result" in err
+    text = readme.read_text(encoding="utf-8")
+    assert "beta" not in text  # not a built-in study and no result: no section at all
+    assert not (out / "docs" / "studies" / "beta-smoke-val_loss.png").exists()
+
+
+def test_builtin_studies_get_their_command_and_smoke_only_ones_say_not_run(docs, out):
+    write_report(out / "out" / "store", "ln-placement", scale="smoke")
+    write_report(out / "out" / "store", "gain-confound", question="Do gains matter?")
+    readme, _, _ = target(out / "README.md")
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert "has no report of ln-placement" in text
+    assert "### gain-confound: Do gains matter?\n\n`reslab study run gain-confound --scale tiny" in text
+    assert "wall time not recorded; report generated 2026-12-01 10:00 on testbox (x86_64)" in text
+    # built-in studies first, in their order, then other sweeps
+    assert text.index("### partial-residual") < text.index("### gain-confound") < text.index("### alpha")
+
+
+def test_missing_markers_are_refused_and_nothing_is_written(docs, out, capsys):
+    readme, _, _ = target(out / "README.md")
+    before = readme.read_bytes()
+    docs_md = out / "docs" / "studies.md"
+    docs_md.write_text("# Studies\n\nno markers here\n")
+    assert run(docs, out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "studies.md: the markers <!-- studies:begin --> and <!-- studies:end --> are missing" in err[0]
+    assert readme.read_bytes() == before  # the README (which had markers) was not written either
+    assert docs_md.read_text() == "# Studies\n\nno markers here\n"
+    assert not (out / "docs" / "studies").exists()  # no figure copied
+
+
+def test_an_unclosed_note_is_refused(docs, out, capsys):
+    target(out / "README.md", region="\n<!-- note:alpha -->text that would be lost\n")
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 2
+    err = capsys.readouterr().err
+    assert "note:alpha is never closed" in err and "README.md:7:" in err
+
+
+def test_the_script_exits_2_with_one_line_not_a_traceback(out):
+    (out / "README.md").write_text("no markers\n")
+    target(out / "docs" / "studies.md")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "study_docs.py"), str(out / "out"),
+                           "--readme", str(out / "README.md"), "--docs", str(out / "docs" / "studies.md"),
+                           "--figures", str(out / "figs")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "are missing" in proc.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "study_docs.py"), str(out / "nowhere")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no reports/ or store/reports/ folder" in proc.stderr
+
+
+def test_the_repository_files_carry_the_markers(docs):
+    for path in (ROOT / "README.md", ROOT / "docs" / "studies.md"):
+        head, region, _ = docs.split_target(path)  # raises if the marker lines are missing or repeated
+        docs.read_notes(path, head, region)         # and its notes are well formed
+    assert not (ROOT / "bench" / "study_tables.py").exists()
+
+
+def test_a_quoted_marker_is_not_a_marker(docs, out):
+    readme, head, tail = target(out / "README.md", before="Sections go between `<!-- studies:begin -->` and "
+                                                          "`<!-- studies:end -->`.\n\n## Studies\n")
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith(head) and text.endswith(tail) and "### alpha" in text

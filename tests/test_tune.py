@@ -1,0 +1,285 @@
+"""[tune]: each row's own value of a config key, chosen on tuning seeds before the comparison runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reslab.cli import main
+from reslab.errors import ConfigError
+from reslab.report.tuning import lr_blocks, lr_section
+from reslab.sweep.runner import run_sweep
+from reslab.sweep.spec import expand, parse_spec, with_seeds
+from reslab.sweep.store import Store
+from reslab.sweep.tune import choose, pick, tuning_runs
+from tests.sweep_helpers import spec_dict, write_spec
+
+VALUES = [1e-3, 1e-2]
+TUNE_SEEDS = [9001, 9002]
+
+
+def _tune_dict(tmp: Path, **tune) -> dict:
+    data = spec_dict(tmp, seeds=[1], steps=6, eval_interval=3)
+    data["tune"] = {"axis": "optim.lr", "values": list(reversed(VALUES)), "seeds": TUNE_SEEDS, **tune}
+    return data
+
+
+def _sweep(spec, root: Path):
+    store = Store(root)
+    result = run_sweep(spec, store, jobs=2, stream=io.StringIO(), log=lambda *_: None, stack="always")
+    return store, result
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One finished tuned sweep: 2 variants x 2 learning rates x 2 tuning seeds, then 2 comparison
+    runs (seeds of one design train stacked in one worker, to keep the processes few)."""
+    tmp = tmp_path_factory.mktemp("tuned")
+    data = _tune_dict(tmp)
+    spec = parse_spec(data)
+    store, result = _sweep(spec, tmp / "store")
+    store.close()
+    return tmp, data, spec, result
+
+
+def _copy(tuned, dest: Path):
+    shutil.copytree(tuned[0], dest, dirs_exist_ok=True)
+    return Store(dest / "store")
+
+
+def test_each_row_trains_at_the_argmin_of_its_tuning_runs(tuned):
+    tmp, _, spec, result = tuned
+    assert spec.tune.values == VALUES  # kept sorted ascending
+    assert result.tuning == 8 and result.planned == 10 and result.count("completed") == 10
+    store = Store(tmp / "store")
+    means: dict[str, dict[float, list[float]]] = {}
+    for r in store.runs(spec="demo.tune"):
+        lr = json.loads(r["grid"])["optim.lr"]
+        assert r["status"] == "completed" and r["seed"] in TUNE_SEEDS
+        assert json.loads(r["config"])["optim"]["lr"] == lr
+        means.setdefault(r["variant"], {}).setdefault(lr, []).append(r["best_val_loss"])
+    by_hand = {}
+    for variant, per_lr in means.items():
+        assert sorted(per_lr) == VALUES and all(len(v) == 2 for v in per_lr.values())
+        mean = {lr: sum(v) / len(v) for lr, v in per_lr.items()}
+        by_hand[variant] = min(VALUES, key=lambda lr: (mean[lr], lr))
+    record = store.load_spec_record("demo")
+    assert {c["variant"]: c["value"] for c in record["tuned"]} == by_hand
+    for c in record["tuned"]:  # the record keeps each value's mean for the report
+        got = {e["value"]: e["mean"] for e in c["values"]}
+        assert got == pytest.approx({lr: sum(v) / 2 for lr, v in means[c["variant"]].items()})
+    compare = store.runs(spec="demo")
+    assert len(compare) == 2
+    for r in compare:  # the chosen value is in the run's config, and its identity
+        assert json.loads(r["config"])["optim"]["lr"] == by_hand[r["variant"]]
+        assert json.loads(r["grid"]) == {} and r["seed"] == 1
+    assert {r["seed"] for r in compare}.isdisjoint(TUNE_SEEDS)
+    assert {r["id"] for r in compare}.isdisjoint({r["id"] for r in store.runs(spec="demo.tune")})
+
+
+def test_a_rerun_trains_nothing_and_chooses_the_same(tuned, tmp_path):
+    store = _copy(tuned, tmp_path)
+    runs = sorted((tmp_path / "store" / "runs").iterdir())
+    mtimes = {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs}
+    before = store.load_spec_record("demo")["tuned"]
+    store, again = _sweep(tuned[2], tmp_path / "store")
+    assert again.skipped == again.planned == 10 and again.count("completed") == 10
+    assert sorted((tmp_path / "store" / "runs").iterdir()) == runs
+    assert {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs} == mtimes
+    assert store.load_spec_record("demo")["tuned"] == before
+
+
+def test_a_diverged_tuning_run_makes_its_value_lose(tuned, tmp_path):
+    store = _copy(tuned, tmp_path)
+    spec = tuned[2]
+    first = {c["variant"]: c["value"] for c in choose(spec, store)}
+    # one seed of full's winning value diverged: that value now loses, whatever its other seed did
+    run = next(r for r in tuning_runs(spec) if r.variant == "full" and r.grid["optim.lr"] == first["full"]
+               and r.seed == TUNE_SEEDS[0])
+    status_file = store.folder_for(run.id, run.label) / "status.json"
+    status = json.loads(status_file.read_text())
+    status_file.write_text(json.dumps(dict(status, status="diverged", best_val_loss=None)))
+    again = {c["variant"]: c for c in choose(spec, store)}
+    other = next(v for v in VALUES if v != first["full"])
+    assert again["full"]["value"] == other and again["none"]["value"] == first["none"]
+    entry = next(e for e in again["full"]["values"] if e["value"] == first["full"])
+    assert entry["diverged"] == 1 and entry["n"] == 1
+
+
+def test_the_rule_ties_to_the_smaller_and_ranks_failures_last():
+    ok = "completed"
+    # a tie: the smaller value wins, whatever order the results come in
+    assert pick([0.3, 0.1, 0.2], {0.3: [(ok, 2.0)], 0.1: [(ok, 2.0)], 0.2: [(ok, 2.5)]}, 1)[0] == 0.1
+    # a value with one diverged or failed seed loses to any value without, even with a better other seed
+    results = {0.1: [(ok, 3.0), (ok, 3.0)], 0.2: [(ok, 1.0), ("diverged", None)], 0.3: [(ok, 1.0), ("failed", None)]}
+    value, table, note = pick([0.1, 0.2, 0.3], results, 2)
+    assert value == 0.1 and note is None
+    assert [(e["n"], e["diverged"], e["failed"]) for e in table] == [(2, 0, 0), (1, 1, 0), (1, 0, 1)]
+    # a completed run without a finite metric is no result either
+    assert pick([0.1, 0.2], {0.1: [(ok, math.nan)], 0.2: [(ok, 9.0)]}, 1)[0] == 0.2
+    # every value diverged: the smallest, and the choice says so
+    value, _, note = pick([0.2, 0.1], {0.1: [("diverged", None)], 0.2: [("failed", None)]}, 1)
+    assert value == 0.1 and "every value diverged" in note
+    # a run not finished yet: no choice
+    value, _, note = pick([0.1, 0.2], {0.1: [(ok, 1.0)], 0.2: [("running", None)]}, 1)
+    assert value is None and "not finished" in note
+
+
+BAD = [  # (tune table changes, expected text of its one line)
+    ({"seeds": [1, 9002]}, "tune.seeds: [1] are also the spec's seeds"),
+    ({"values": [1e-3]}, "tune.values: give at least 2 values"),
+    ({"values": [1e-3, 1e-3]}, "repeats a value"),
+    ({"values": [0.0, 1e-3]}, "tune.values: learning rates must be > 0"),
+    ({"values": [math.inf, 1e-3]}, "tune.values: must be finite numbers"),
+    ({"values": [1e-3, "fast"]}, "tune.values: must be finite numbers"),
+    ({"axis": "optim.lrr"}, "tune.axis: 'optim.lrr': 'lrr' is not a key of optim"),
+    ({"axis": "optim"}, "tune.axis: 'optim' is not a dotted config key"),
+    ({"axis": "train"}, "tune.axis: 'train' is not a dotted config key"),
+    ({"axis": "model.n_layer", "values": [1.5, 2]}, "tune.values[0]: model.n_layer: expected an integer"),
+    ({"axis": "train.seed", "values": [1, 2]}, "tune.axis: 'train.seed': the tuning seeds are tune.seeds"),
+    ({"metric": "val_loss"}, "tune.metric: 'val_loss' is not allowed"),
+    ({"scales": ["big"]}, "tune.scales: the spec declares no scales"),
+    ({"seeds": []}, "tune.seeds: must list at least one seed"),
+    ({"seeds": [9001, 9001]}, "tune.seeds: [9001, 9001] repeats a seed"),
+    ({"colour": "red"}, "tune.colour: unknown key"),
+]
+
+
+@pytest.mark.parametrize("change,line", BAD, ids=[b[1][:40] for b in BAD])
+def test_a_bad_tune_table_is_one_line(tmp_path, change, line):
+    data = _tune_dict(tmp_path, **change)
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data)
+    assert len(e.value.errors) == 1, e.value.errors
+    assert line in e.value.errors[0]
+
+
+def test_tune_axis_conflicts_are_one_line_each(tmp_path):
+    data = _tune_dict(tmp_path)
+    data["grid"] = {"optim.lr": [1e-3, 3e-3]}
+    with pytest.raises(ConfigError, match=r"tune.axis: optim.lr is also the grid axis grid\['optim.lr'\]") as e:
+        parse_spec(data)
+    assert len(e.value.errors) == 1
+    data = _tune_dict(tmp_path)
+    data["grid"] = {"schedule": {"hot": {"optim": {"lr": 1e-2}}, "cold": {"optim": {"lr": 1e-4}}}}
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data)
+    assert [line.split(": ", 1)[1].split(":")[0] for line in e.value.errors] == ["grid.schedule.hot",
+                                                                                  "grid.schedule.cold"]
+    data = _tune_dict(tmp_path, scales=["fast"])
+    data["scales"] = {"fast": {}, "slow": {}}
+    data["tune"]["scales"] = ["fast", "huge"]
+    with pytest.raises(ConfigError, match="tune.scales: unknown scale 'huge'; scales are fast, slow") as e:
+        parse_spec(data)
+    assert len(e.value.errors) == 1
+
+
+def test_cli_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys):
+    store = tmp_path / "store"
+    path = write_spec(tmp_path, _tune_dict(tmp_path))
+    assert main(["sweep", "run", str(path), "--store", str(store), "--set", "optim.lr=0.01"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["reslab: error: --set optim.lr: conflicts with [tune] axis optim.lr, which chooses each "
+                   "row's own value (every run); drop the --set, or run a scale that does not tune"]
+    assert not store.exists()
+    assert main(["sweep", "plan", str(path), "--store", str(store), "--set", "optim.lr=0.01"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # another --set is fine, and the tuning seeds stay out of --seeds' extension
+    assert main(["sweep", "plan", str(path), "--store", str(store), "--set", "optim.min_lr=1e-5",
+                 "--seeds", "3"]) == 0
+    assert "14 runs: 8 tuning, 6 comparison (6 planned after tuning)" in capsys.readouterr().err
+    bad = write_spec(tmp_path, _tune_dict(tmp_path, seeds=[1]), "bad.toml")
+    assert main(["sweep", "plan", str(bad), "--store", str(store)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"reslab: error: {bad}: tune.seeds: [1] are also the spec's seeds")
+    assert "Traceback" not in "".join(err) and not store.exists()
+
+
+def test_more_seeds_never_take_a_tuning_seed(tmp_path):
+    data = _tune_dict(tmp_path, seeds=[1, 4])
+    data["seeds"] = [2, 3]
+    assert with_seeds(parse_spec(data), 5).seeds == [2, 3, 5, 6, 7]
+
+
+def test_plan_lists_the_tuning_runs_and_counts_the_comparison_runs(tuned, tmp_path, capsys):
+    tmp, data, _, _ = tuned
+    path = write_spec(tmp_path, data)
+    assert main(["sweep", "plan", str(path), "--store", str(tmp_path / "empty")]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "tuning demo.tune: optim.lr in [0.001, 0.01] x tuning seeds 9001, 9002, 8 runs"
+    assert sum(" pending " in line for line in lines) == 8
+    assert "planned after tuning: 2 comparison runs (2 rows x 1 seeds), each row at its chosen optim.lr" in out
+    assert "10 runs: 8 tuning, 2 comparison (2 planned after tuning)" in err
+    assert not (tmp_path / "empty").exists()  # planning writes nothing
+    # on the finished store the comparison runs are known, with their ids and status
+    assert main(["sweep", "plan", str(path), "--store", str(tmp / "store"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["phase"] for r in rows].count("tune") == 8
+    compare = [r for r in rows if r["phase"] == "compare"]
+    assert len(compare) == 2 and all(r["status"] == "completed" and r["id"] for r in compare)
+
+
+def test_scales_that_do_not_tune_keep_their_runs(tmp_path):
+    plain = spec_dict(tmp_path, seeds=[1, 2])
+    plain["scales"] = {"fast": {"train": {"steps": 4}}, "slow": {}}
+    with_tune = dict(plain, tune={"axis": "optim.lr", "values": VALUES, "seeds": TUNE_SEEDS, "scales": ["slow"]})
+    a, b = expand(parse_spec(plain), ["fast"]), expand(parse_spec(with_tune), ["fast"])
+    assert [(r.id, r.label, r.grid) for r in a] == [(r.id, r.label, r.grid) for r in b]
+    assert expand(parse_spec(with_tune), ["slow"]) == []  # planned after tuning
+    assert {r.scale for r in tuning_runs(parse_spec(with_tune))} == {"slow"}
+    assert tuning_runs(parse_spec(with_tune), ["fast"]) == []
+
+
+def test_the_study_estimate_counts_the_tuning_runs(tmp_path):
+    from reslab.studies.cli import _estimate_line
+
+    data = _tune_dict(tmp_path)
+    data["study"] = {"source": "test", "estimates": {"": {"runs": 10, "jobs": 2, "cpu_minutes": 5.0,
+                                                          "basis": "measured here"}}}
+    spec = parse_spec(data)
+    line = _estimate_line(spec, "", 2, 2, tuning=8)
+    assert line.startswith("10 runs (8 tuning, 2 comparison), 2 workers: about 5 min")
+    assert _estimate_line(spec, "", 2, 2).startswith("2 runs, 2 workers: about 1 min")
+
+
+def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
+    tmp, _, spec, _ = tuned
+    store = Store(tmp / "store")
+    record = store.load_spec_record("demo")
+    section = lr_section(record["spec"], store, "demo", "", [], tmp_path)
+    rows = {r["variant"]: r for r in section["tuning"]["rows"]}
+    assert {v: r["chosen"] for v, r in rows.items()} == {c["variant"]: c["value"] for c in record["tuned"]}
+    for c in record["tuned"]:
+        assert [e["mean"] for e in rows[c["variant"]]["values"]] == [e["mean"] for e in c["values"]]
+        assert [e["n"] for e in rows[c["variant"]]["values"]] == [2, 2]
+    assert section["figures"] == [{"title": "Tuning: validation loss against optim.lr, chosen values marked",
+                                   "file": "lr_tuning.png"}]
+    assert (tmp_path / "lr_tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    blocks = lr_blocks({"lr": section})
+    assert blocks[0] == ("h2", "Learning rate: each design at its own")
+    table = next(b for b in blocks if b[0] == "table")
+    assert table[1] == ["row", "lr = 0.001", "lr = 0.01", "chosen"]
+    assert {r[0]: r[-1] for r in table[2]} == {v: f"{r['chosen']:g}" for v, r in rows.items()}
+    assert any(b[0] == "p" and "ties go to the smaller" in b[1] for b in blocks)
+    assert not any(b[0] == "img" for b in blocks)
+    # no [tune] here and no learning-rate grid: no section
+    plain = dict(record["spec"], tune=None)
+    assert lr_section(plain, store, "demo", "", [], tmp_path) is None
+
+
+def test_the_results_table_gives_each_row_its_tuned_value(tuned, tmp_path):
+    from reslab.report.build import build_report
+
+    tmp, _, _, _ = tuned
+    store = Store(tmp / "store")
+    record = store.load_spec_record("demo")
+    report, _ = build_report(store, "demo", out_dir=tmp_path, probe=False)
+    shown = {t["variant"]: t["extra"].get("lr (tuned)") for t in report["table"]}
+    assert shown == {c["variant"]: c["value"] for c in record["tuned"]}
+    assert all(v is not None for v in shown.values())
