@@ -22,7 +22,7 @@
 # and written to OUT_DIR/summary.txt. Exit status 1 when any step failed or timed out, else 0.
 #
 # --smoke: the same steps shrunk for a CPU (bench_gpu.py --smoke, bench_stacked.py --smoke, the
-#          study at --scale tiny with 1 seed and 6 updates per run); about a minute on 2 cores.
+#          study at --scale smoke with 1 seed and 6 updates per run); about a minute on 2 cores.
 # --export DIR: copy at most 8 files into DIR afterwards (summary.txt, machine.txt, bench_gpu.json,
 #          bench_gpu.log, stacked.json, stacked.log, study_report.md, and gpu_check.tar.gz with every
 #          log, JSON and run folder of OUT_DIR except checkpoints): the device tool's $OUT brings
@@ -76,7 +76,7 @@ if [ "$SMOKE" = 1 ]; then
     T_BENCH="${GPU_CHECK_T_BENCH:-180}" T_STACKED="${GPU_CHECK_T_STACKED:-120}"
     T_STUDY="${GPU_CHECK_T_STUDY:-240}" T_REPORT="${GPU_CHECK_T_REPORT:-90}"
     MIN_STACKED=60 MIN_STUDY=120 MIN_REPORT=30
-    STUDY_JOBS="${GPU_CHECK_STUDY_JOBS:-2}" SCALE=tiny
+    STUDY_JOBS="${GPU_CHECK_STUDY_JOBS:-2}" SCALE=smoke
 else
     BUDGET="${GPU_CHECK_BUDGET:-470}"
     T_BENCH="${GPU_CHECK_T_BENCH:-240}" T_STACKED="${GPU_CHECK_T_STACKED:-100}"
