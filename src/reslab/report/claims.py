@@ -784,7 +784,9 @@ def claim_blocks(report: dict) -> list[tuple]:
     claims = report.get("claims") or []
     if not claims:
         return []
-    if (report.get("spec") or {}).get("scale") == "smoke" or report.get("is_result") is False:
+    from .render import is_result  # here: render imports this module for the report's blocks
+
+    if not is_result(report):
         return [("p", "smoke: not a result; no verdicts")]
     headers = ["claim", "statement", "source", "estimate", "95% interval", "test / n", "p (Holm)",
                "verdict", "reason"]
