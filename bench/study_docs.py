@@ -1,7 +1,10 @@
-"""The README's and the docs' study sections, written from the reports (never by hand).
+"""The docs' study sections, written from the reports (never by hand).
 
-    python bench/study_docs.py STORE_OR_OUT [--readme README.md] [--docs docs/studies.md]
+    python bench/study_docs.py STORE_OR_OUT [--docs docs/studies.md] [--readme FILE]
                                [--figures docs/studies]
+
+The studies live in docs/studies.md; --readme FILE also rewrites the marked region of another file
+(the README kept them until issue 16 made it short).
 
 STORE_OR_OUT is a results store (it holds reports/) or the OUT folder of `bash bench/run_studies.sh
 OUT` (OUT/store/reports/ and OUT/walls.tsv). Every <store>/reports/*/report.json is read; each
@@ -364,7 +367,7 @@ def write_bytes(path: Path, data: bytes) -> None:
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("store", type=Path, help="a results store, or the OUT folder of bench/run_studies.sh")
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--readme", type=Path, default=None, help="another file with the markers to rewrite")
     parser.add_argument("--docs", type=Path, default=Path("docs/studies.md"))
     parser.add_argument("--figures", type=Path, default=Path("docs/studies"),
                         help="where the reports' figures are copied for the links (default docs/studies)")
@@ -373,7 +376,7 @@ def run(argv: list[str] | None = None) -> int:
     walls = read_walls(walls_path)
     found = read_reports(store)
     studies = builtin_studies()
-    targets = list(dict.fromkeys([args.readme, args.docs]))
+    targets = list(dict.fromkeys([t for t in (args.docs, args.readme) if t is not None]))
     plans = []
     for target in targets:  # every target is checked before anything is written
         head, region, tail = split_target(target)

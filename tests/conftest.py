@@ -1,7 +1,15 @@
+import os
+import tempfile
+
 import pytest
 import torch
 
 from reslab.config import ModelConfig
+from reslab.testing import CPU_ONLY_FALLBACK, slow_vmap_ops  # noqa: F401  (the conformance kit's own)
+
+# `reslab train` lists its run in $RESLAB_STORE (default ./results): tests, and the processes they
+# start, write into a store of their own, never into the checkout or a developer's real store.
+os.environ["RESLAB_STORE"] = tempfile.mkdtemp(prefix="reslab-test-store-")
 
 
 @pytest.fixture(autouse=True)
@@ -42,26 +50,6 @@ def meta_built(cfg: ModelConfig, seed: int):
     return model.eval()
 
 
-def slow_vmap_ops(cfg: ModelConfig) -> tuple[set, dict]:
-    """Two seeds of `cfg` stacked and run forward and backward under vmap (reslab/train/stacked.py);
-    returns the ops that fell back to vmap's slow per-seed loop, and the stacked parameters."""
-    import warnings
-
-    from reslab.model.gpt import GPT
-    from reslab.train.stacked import StackedLoss, member_view, stack_parameters
-
-    models = [GPT(cfg, seed=s) for s in range(2)]
-    stacked = stack_parameters(models, torch.device("cpu"))
-    views = [member_view(m, stacked, k, torch.device("cpu")) for k, m in enumerate(models)]
-    x = torch.randint(0, cfg.vocab_size, (2, 3, cfg.block_size), generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        StackedLoss(views[0], compile=False).train_fn(stacked, x, x).sum().backward()
-    slow = {str(w.message).split("aten::")[-1].split(".")[0] for w in caught if "batching rule" in str(w.message)}
-    return slow, stacked
-
-
-CPU_ONLY_FALLBACK = {"_scaled_dot_product_flash_attention_for_cpu"}  # CUDA's attention kernels have rules
 
 
 class CountingBackend:

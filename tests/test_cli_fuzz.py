@@ -401,7 +401,7 @@ def build_artifacts(w: World) -> None:
     from reslab.sweep.store import Store
 
     w.run = w.root / "run"
-    assert main(["train", str(w.config), "--out", str(w.run)]) == 0
+    assert main(["train", str(w.config), "--out", str(w.run), "--no-store"]) == 0  # copied into a store below
     w.best = w.run / "checkpoints" / json.loads((w.run / "checkpoints" / "best.json").read_text())["folder"]
     w.hf = export_hf(w.best, w.root / "hf")
     w.model = w.root / "model"  # a model folder that `sample` can read: the best checkpoint and the tokenizer

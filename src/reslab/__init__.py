@@ -7,27 +7,45 @@ Notebook API:
     model = reslab.build_model("sas-p", n_layer=6, n_embd=192, n_head=6, seed=0)
     model = reslab.build_model(reslab.ModelConfig(design="post-ln", prores="linear"))
     reslab.save_model(model, "out/m");  model = reslab.load_model("out/m")
+    reslab.register_design("my-block", MyBlock, formula="...", reference="...")   # a design of your own
+
+Importing reslab imports no torch: the names that need it (GPT, build_model, load_model, save_model,
+prores_alpha) load it when first used, so `reslab --help` and the listings start at once.
 """
 
 from __future__ import annotations
 
-from .compat import require_torch
+from ._version import __version__
+from .config import ModelConfig
+from .errors import ConfigError, ReslabError
+from .model.registry import DESIGNS, design_options, get_design, register_design, resolve
+from .plugins import load_plugins
 
-require_torch()  # one line, before anything imports torch
+# name -> (module, attribute) of the names that import torch, loaded on first use (PEP 562)
+_LAZY = {"GPT": (".model.gpt", "GPT"), "load_model": (".model.io", "load_model"),
+         "save_model": (".model.io", "save_model"), "prores_alpha": (".model.prores", "prores_alpha"),
+         "PRORES_SCHEDULES": (".model.prores", "SCHEDULE_NAMES"),
+         "load_runs": (".results", "load_runs"), "load_curves": (".results", "load_curves")}
 
-from .config import ModelConfig  # noqa: E402
-from .errors import ConfigError, ReslabError  # noqa: E402
-from .model.gpt import GPT  # noqa: E402
-from .model.io import load_model, save_model  # noqa: E402
-from .model.prores import SCHEDULE_NAMES as PRORES_SCHEDULES  # noqa: E402
-from .model.prores import prores_alpha  # noqa: E402
-from .model.registry import DESIGNS, get_design, resolve  # noqa: E402
 
-__version__ = "0.1.0"
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        if module in (".model.gpt", ".model.io"):
+            from .compat import require_torch
+
+            require_torch()  # one line when torch is missing or too old
+        value = getattr(importlib.import_module(module, __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'reslab' has no attribute {name!r}")
 
 
 def designs() -> list[str]:
-    """Every block design name, in the order of `reslab variants`."""
+    """Every block design name, in the order of `reslab variants` (plugins' designs included)."""
+    load_plugins()
     return list(DESIGNS)
 
 
@@ -37,8 +55,13 @@ def formula(name: str) -> str:
     return f"{d.name}: {d.formula}  [{d.reference}]"
 
 
-def build_model(config: ModelConfig | str = "pre-ln", seed: int = 0, **overrides) -> GPT:
+def build_model(config: ModelConfig | str = "pre-ln", seed: int = 0, **overrides):
     """A freshly initialised model from a ModelConfig, or from a design name plus field overrides."""
+    from .compat import require_torch
+
+    require_torch()
+    from .model.gpt import GPT
+
     if isinstance(config, str):
         config = ModelConfig(design=config, **overrides)
     elif overrides:
@@ -47,4 +70,5 @@ def build_model(config: ModelConfig | str = "pre-ln", seed: int = 0, **overrides
 
 
 __all__ = ["ModelConfig", "GPT", "ConfigError", "ReslabError", "build_model", "designs", "formula",
-           "resolve", "load_model", "save_model", "prores_alpha", "PRORES_SCHEDULES"]
+           "register_design", "design_options", "get_design", "load_plugins", "resolve", "load_model",
+           "save_model", "prores_alpha", "PRORES_SCHEDULES", "load_runs", "load_curves", "__version__"]

@@ -132,17 +132,20 @@ def config_hash(cfg) -> str:
 # ---- verbs -----------------------------------------------------------------------------------------
 def cmd_variants(args) -> None:
     from .model.registry import DESIGNS
+    from .plugins import load_plugins
 
-    rows = [{"name": d.name, "formula": d.formula, "reference": d.reference,
-             "prores": d.prores, "partial_residual": d.partial_residual,
-             "norms": list(d.norms)} for d in DESIGNS.values()]
+    load_plugins()  # designs of installed plugins and RESLAB_PLUGINS are listed too
+    rows = [d.summary() for d in DESIGNS.values()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         print(f"{r['name']:<{width}}  {r['formula']}")
-        print(f"{'':<{width}}  [{r['reference']}]")
+        version = f" {r['plugin_version']}" if r["plugin_version"] else ""
+        origin = f"  (plugin {r['plugin']}{version})" if r["plugin"] else ""
+        options = f"  options: {', '.join(f'{k} = {v!r}' for k, v in r['options'].items())}" if r["options"] else ""
+        print(f"{'':<{width}}  [{r['reference']}]{origin}{options}")
 
 
 def cmd_model(args) -> None:
@@ -186,7 +189,22 @@ def cmd_train(args) -> int:
     out = check_output_dir(args.out, "--out") if args.out is not None else \
         check_output_dir(default_run_folder(cfg), "run folder")
     check_data_cache(cfg)
+    store = None
+    if not args.no_store:
+        from .sweep.cli import writable_store
+        from .sweep.store import Store
+
+        store = Store(writable_store(args))  # refused before training, if it cannot be written
+    import time
+
+    started = time.time()
     result = train(cfg, out, log=lambda msg: print(msg, file=sys.stderr))
+    if store is not None:
+        from .sweep.spec import run_identity
+
+        store.register_single(Path(out), cfg.to_dict(), run_identity(cfg), started_at=started,
+                              finished_at=time.time(), wall_s=time.time() - started)
+        store.close()
     best = f"{result.best_val_loss:.4f}" if result.best_val_loss is not None else "n/a"
     print(f"{result.status} at step {result.step}; best val loss {best}", file=sys.stderr)
     print(result.path)
@@ -265,13 +283,26 @@ def cmd_import_hf(args) -> None:
     print(save_model(import_hf(args.hf_folder), out))
 
 
+def cmd_completion(args) -> None:
+    from .completion import script
+
+    print(script(_parser(), args.shell))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="reslab", description="A laboratory for residual connections in Transformers.")
+    from ._version import __version__
+
+    p = _Parser(prog="reslab", description="A laboratory for residual connections in Transformers.",
+                epilog="Designs of your own: --plugin MODULE (before or after the verb, repeatable), "
+                       "RESLAB_PLUGINS=mod1,mod2, or an installed 'reslab.designs' entry point.")
+    p.add_argument("--version", action="version", version=f"reslab {__version__}")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: it registers designs with reslab.register_design")
     sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     v = sub.add_parser("variants", help="list every block design with its formula and reference")
     v.add_argument("--json", action="store_true", help="machine-readable output")
-    v.set_defaults(func=cmd_variants)
+    v.set_defaults(func=cmd_variants, needs_torch=False)
 
     m = sub.add_parser("model", help="validate a model config and show it resolved, with parameter counts")
     m.add_argument("--config", help="TOML file with a [model] table")
@@ -289,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one run; resumes its run folder if it was interrupted")
     run_config_args(t)
     t.add_argument("--out", help="run folder (default: runs/<name>-<config hash>)")
+    t.add_argument("--store", help="results store that lists the run (default: $RESLAB_STORE or ./results)")
+    t.add_argument("--no-store", action="store_true", help="do not list the run in a results store")
     t.set_defaults(func=cmd_train)
 
     sp = sub.add_parser("sample", help="generate text from a run folder or model folder")
@@ -324,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_study_parsers(sub, _Parser)
 
     pr = sub.add_parser("presets", help="list the built-in run presets")
-    pr.set_defaults(func=cmd_presets)
+    pr.set_defaults(func=cmd_presets, needs_torch=False)
 
     e = sub.add_parser("export", help="convert a reslab model to another library's format")
     esub = e.add_subparsers(dest="target", required=True, parser_class=_Parser)
@@ -340,6 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
     ih.add_argument("hf_folder", help="folder with config.json and model.safetensors")
     ih.add_argument("out", help="output reslab model folder")
     ih.set_defaults(func=cmd_import_hf)
+
+    c = sub.add_parser("completion", help="print a shell completion script: eval \"$(reslab completion bash)\"")
+    c.add_argument("shell", choices=["bash", "zsh"])
+    c.set_defaults(func=cmd_completion, needs_torch=False)
     return p
 
 
@@ -382,7 +419,20 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("RESLAB_DEBUG", "") not in ("", "0")
     try:
+        from .plugins import add_to_environment, load_plugins, take_plugin_flags
+
+        argv, modules = take_plugin_flags(list(sys.argv[1:] if argv is None else argv))
+        if modules:
+            load_plugins(modules)
+            add_to_environment(modules)  # sweep workers, started in fresh processes, load them too
         args = _parser().parse_args(argv)
+        if getattr(args, "needs_torch", True):  # the listings and completion run without it
+            from .compat import TorchTooOld, require_torch
+
+            try:
+                require_torch()
+            except TorchTooOld as e:
+                raise ReslabError(str(e)) from None
         status = args.func(args)
     except ReslabError as e:
         for line in e.lines():

@@ -26,29 +26,29 @@ class ModelConfig(Typed):
     TABLE = "model"
 
     design: str = "pre-ln"            # block design, see `reslab variants`
-    vocab_size: int = 65
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
+    vocab_size: int = 65               # token ids 0..vocab_size-1 (training sets it from the tokenizer)
+    n_layer: int = 6                   # blocks L
+    n_head: int = 6                    # attention heads (must divide n_embd)
+    n_embd: int = 384                  # width of the residual stream
     block_size: int = 256             # longest context the model accepts
     dropout: float = 0.0              # attention-probability and branch-output dropout
     bias: Optional[bool] = None       # biases in Linear layers and LayerNorm (design default: true; ngpt: false)
     tie_weights: bool = True          # head shares the token-embedding matrix
     pos: Positions = "learned"        # learned absolute positions, rotary (RoPE), or none
-    rope_base: float = 10000.0
+    rope_base: float = 10000.0         # RoPE frequency base (pos = "rope")
     mlp: Optional[MLPKind] = None     # design default: gelu (ngpt: swiglu)
     mlp_ratio: float = 4.0            # hidden width / n_embd (SwiGLU: 2/3 of it, rounded to 8)
     norm: Optional[Norm] = None       # design default: layernorm (rezero: none)
-    norm_eps: float = 1e-5
+    norm_eps: float = 1e-5             # epsilon of every norm
     init: Optional[Init] = None       # design default: gpt2 (deepnorm: deepnorm, sas*: identity)
-    init_std: float = 0.02
+    init_std: float = 0.02             # std of the normal init of weights (gpt2 init scales output projections by 1/sqrt(2L))
     # Partial-residual flags (study 000): keep the skip of the attention / MLP sublayer.
     attn_res: Optional[bool] = None
-    ffn_res: Optional[bool] = None
+    ffn_res: Optional[bool] = None     # keep the MLP sublayer's skip (false: the partial-residual ablation)
     # Branch gain g multiplies the BRANCH output, never the skip. runtime: g * F(...) in every
     # forward; init: the branch's output weights are multiplied by g once at initialisation.
     branch_gain: float = 1.0
-    gain_mode: GainMode = "runtime"
+    gain_mode: GainMode = "runtime"    # how branch_gain is applied: runtime or folded into the init
     # ProRes (study 004): alpha(l, t) multiplies both branch outputs of layer l.
     prores: str = "none"
     prores_warmup: int = 1000         # T, per-layer warmup length in optimizer steps
@@ -80,6 +80,9 @@ class ModelConfig(Typed):
     ngpt_alpha_init: float = 0.05     # nGPT: the eigen learning rates alpha_A, alpha_M at init
     # Per-layer design overrides: layers (counted from 1) -> design, e.g. {"1-3" = "post-ln", "12" = "sandwich-ln"}.
     layer_designs: dict[str, str] = field(default_factory=dict)
+    # The design's own hyperparameters ([model.options]), checked against the options dataclass it
+    # registered (reslab.register_design); blocks read them with reslab.design_options(cfg).
+    options: dict = field(default_factory=dict)
 
     @property
     def head_dim(self) -> int:

@@ -1,11 +1,17 @@
 """Training data: corpora (TinyShakespeare, local text, Hugging Face, KJV fallback), tokenizers,
-token shards, and prepared train/val splits. See prepare.py for the folder layout."""
+token shards, and prepared train/val splits. See prepare.py for the folder layout.
 
-from .config import DataConfig, cache_root, check
-from .corpus import Corpus, load_corpus
-from .prepare import PreparedData, load_prepared, prepare_dataset
-from .shards import read_header, read_shard, write_shard
-from .tokenizers import build_tokenizer
+The names below are imported on first use (PEP 562): reading a DataConfig needs no numpy."""
 
-__all__ = ["DataConfig", "cache_root", "check", "Corpus", "load_corpus", "PreparedData", "load_prepared",
-           "prepare_dataset", "read_header", "read_shard", "write_shard", "build_tokenizer"]
+from .._lazy import lazy_getattr
+
+_WHERE = {"DataConfig": "config", "cache_root": "config", "check": "config", "Corpus": "corpus",
+          "load_corpus": "corpus", "PreparedData": "prepare", "load_prepared": "prepare",
+          "prepare_dataset": "prepare", "read_header": "shards", "read_shard": "shards",
+          "write_shard": "shards", "build_tokenizer": "tokenizers"}
+
+
+__getattr__ = lazy_getattr(__name__, _WHERE)
+
+
+__all__ = list(_WHERE)

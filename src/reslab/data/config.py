@@ -24,14 +24,14 @@ MIN_BPE_VOCAB = 257
 class DataConfig(Typed):
     TABLE = "data"
 
-    corpus: CorpusKind = "tinyshakespeare"
+    corpus: CorpusKind = "tinyshakespeare"  # tinyshakespeare, text (a local file: path), hf (a Hugging Face dataset) or kjv
     path: Optional[str] = None            # text file for corpus=text, or an explicit TinyShakespeare file
     hf_dataset: Optional[str] = None      # corpus=hf: name passed to datasets.load_dataset
-    hf_config: Optional[str] = None
-    hf_split: str = "train"
-    hf_text_field: str = "text"
+    hf_config: Optional[str] = None    # the dataset's configuration name (corpus = "hf")
+    hf_split: str = "train"            # which split to read (corpus = "hf")
+    hf_text_field: str = "text"        # the column holding the text (corpus = "hf")
     hf_max_docs: Optional[int] = None     # corpus=hf: first N documents (None: the whole split)
-    tokenizer: TokenizerKind = "char"
+    tokenizer: TokenizerKind = "char"  # char, gpt2 (tiktoken), bpe (trained on the corpus) or hf (tokenizer_path)
     tokenizer_path: Optional[str] = None  # tokenizer=hf: a local Hugging Face tokenizer.json
     bpe_vocab_size: int = 4096            # tokenizer=bpe: vocabulary size trained on the corpus
     val_fraction: float = 0.1             # the last fraction of the text is validation (nanoGPT: 0.1)

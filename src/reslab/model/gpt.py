@@ -80,7 +80,8 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.stream = STREAMS[self.design.stream](cfg, self.design)
-        self.blocks = nn.ModuleList(layer_design(cfg, layer).block(cfg, layer) for layer in range(1, cfg.n_layer + 1))
+        self.blocks = nn.ModuleList(layer_design(cfg, layer).block_factory()(cfg, layer)
+                                    for layer in range(1, cfg.n_layer + 1))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight

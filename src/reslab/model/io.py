@@ -2,7 +2,8 @@
 
 A model folder holds
     model.safetensors   every parameter and persistent buffer (a tied head is stored once)
-    model.json          {"format": "reslab-model", "version": 1, "config": {...}, "prores_step": t}
+    model.json          {"format": "reslab-model", "version": 1, "config": {...}, "prores_step": t,
+                         "plugin": {"module": m, "version": v}}   (the last only for a plugin's design)
 """
 
 from __future__ import annotations
@@ -35,9 +36,28 @@ def save_model(model: GPT, folder: str | Path, state: dict | None = None) -> Pat
     folder = Path(folder)
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(model_state(model, state), str(tmp))
-    write_json(folder / META, {"format": FORMAT, "version": VERSION,
-                               "config": model.config.to_dict(), "prores_step": model.prores_step})
+    meta = {"format": FORMAT, "version": VERSION, "config": model.config.to_dict(),
+            "prores_step": model.prores_step}
+    if model.design.plugin is not None:  # so that loading it without the plugin can say which one
+        meta["plugin"] = {"module": model.design.plugin, "version": model.design.plugin_version}
+    write_json(folder / META, meta)
     return folder
+
+
+def missing_plugin_line(where: str, design: object, plugin: object) -> str | None:
+    """The one line for a saved design whose plugin is not loaded, from the file's "plugin" record."""
+    from .registry import get_design
+
+    if not isinstance(design, str) or not isinstance(plugin, dict) or not isinstance(plugin.get("module"), str):
+        return None
+    try:
+        get_design(design)
+        return None
+    except ConfigError:
+        module, version = plugin["module"], plugin.get("version")
+        made = f" {version}" if isinstance(version, str) else ""
+        return (f"{where}: design {design!r} comes from the plugin {module}{made}, which is not loaded; "
+                f"install it, or pass --plugin {module} (or set RESLAB_PLUGINS={module})")
 
 
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict]:
@@ -54,8 +74,13 @@ def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict]:
     step = meta.get("prores_step", 0)
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ReslabError(f"{meta_path}: prores_step: expected a non-negative integer, got {step!r}")
+    config = meta.get("config")
+    line = missing_plugin_line(str(meta_path), config.get("design") if isinstance(config, dict) else None,
+                               meta.get("plugin"))
+    if line:
+        raise ReslabError(line)
     try:
-        cfg = resolve(ModelConfig.from_dict(meta.get("config"), prefix="config"))
+        cfg = resolve(ModelConfig.from_dict(config, prefix="config"))
     except ConfigError as e:  # the registry names fields model.*; in model.json they sit under config
         line = e.errors[0]
         raise ReslabError(f"{meta_path}: {'config.' + line[6:] if line.startswith('model.') else line}") from None

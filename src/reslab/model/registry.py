@@ -1,152 +1,175 @@
-"""Design registry: name -> block, formula, reference, defaults, and what the design allows.
+"""Design registry: name -> Design (formula, reference, block, capability flags), and `resolve`.
 
-`resolve(cfg)` fills every field the user left as None with the design's default and refuses
-combinations that have no meaning for the design, one line per problem, naming the field.
+Every design, built in or from a plugin, enters through `register_design` (the zoo's own are in
+model/zoo.py). `resolve(cfg)` fills every field the user left as None with the design's default,
+checks the design's own options ([model.options]) and refuses combinations that have no meaning for
+the design, one line per problem, naming the field. The refusals are built from the designs'
+capability flags, so a message lists the designs that do allow what was asked for, plugins included.
+
+This module imports no torch; a design's block is imported when a model is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
-from typing import Callable
+import re
+from typing import Any, Callable
 
 from ..config import ModelConfig, check_shapes, raise_if
-from .blocks.gated import GatedBlock
-from .blocks.hyper import HyperBlock
-from .blocks.ngpt import NGPTBlock
-from .blocks.post_norm import AdminBlock, B2TBlock, DeepNormBlock, PostLNBlock
-from .blocks.pre_norm import LNSBlock, PreLNBlock, SandwichBlock
-from .blocks.resi_dual import ResiDualBlock
-from .blocks.rezero import ReZeroBlock
-from .blocks.scaled import LayerScaleBlock, ReorderedLNBlock
-from .blocks.simplified import SASBlock, SASPBlock
+from ..errors import ConfigError, ReslabError
+from ..typed import from_dict
+from .design import ALL_NORMS, NORMED, STREAM_KINDS, Design
 
-NORMED = ("layernorm", "rmsnorm", "dyt")
-ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+__all__ = ["DESIGNS", "Design", "register_design", "get_design", "resolve", "layer_design",
+           "parse_layer_designs", "design_options", "NORMED", "ALL_NORMS"]
 
-
-@dataclass(frozen=True)
-class Design:
-    name: str
-    formula: str
-    reference: str
-    block: Callable[[ModelConfig, int], object]   # (resolved config, layer from 1) -> Block
-    stream: str = "single"                        # "single" or "dual" (ResiDual)
-    final_norm: bool = True                       # a norm between the last block and the head
-    norms: tuple = NORMED                         # allowed values of `norm`
-    defaults: dict = field(default_factory=dict)  # design defaults for fields left as None
-    partial_residual: bool = True                 # attn_res / ffn_res may be switched off
-    prores: bool = False                          # composes with a ProRes schedule
-    attention_options: bool = False               # shaped_attention / vp_identity may be set
-    simplified: bool = False                      # norm_free / sas_ff_gain apply
-    per_layer: bool = False                       # may be chosen for single layers (layer_designs)
-    learned_scales: bool = False                  # skip_scale / branch_scale apply at its residual points
-    attention_carry: bool = False                 # value_residual / residual_attention apply
-
-
-def _mix_ln_block(cfg: ModelConfig, layer: int):
-    return PostLNBlock(cfg, layer) if layer <= cfg.mix_ln_post_layers else PreLNBlock(cfg, layer)
-
-
-_DESIGNS = [
-    Design("pre-ln", "x = x + F(N(x)); final N before the head",
-           "Radford et al. 2019 (GPT-2); Xiong et al. 2020", PreLNBlock,
-           norms=ALL_NORMS, prores=True, attention_options=True, per_layer=True, learned_scales=True,
-           attention_carry=True),
-    Design("post-ln", "x = N(x + F(x))", "Vaswani et al. 2017", PostLNBlock,
-           final_norm=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True),
-    Design("sandwich-ln", "x = x + N2(F(N1(x)))", "Ding et al. 2021 (CogView)", SandwichBlock,
-           prores=True, defaults={"embed_norm": False}, per_layer=True, learned_scales=True, attention_carry=True),
-    Design("peri-ln", "x = x + N_out(F(N_in(x))); N on the embedding (embed_norm)",
-           "Kim et al. 2025 (Peri-LN)", SandwichBlock, prores=True, defaults={"embed_norm": True},
-           per_layer=True, learned_scales=True, attention_carry=True),
-    Design("mix-ln", "first ceil(L/4) layers post-ln (x = N(x + F(x))), the rest pre-ln",
-           "Li et al. 2024 (Mix-LN)", _mix_ln_block, prores=True, learned_scales=True, attention_carry=True),
-    Design("deepnorm", "x = N(a*x + F(x)), a = (2L)^(1/4); v, out-proj, fc1, fc2 init x (8L)^(-1/4)",
-           "Wang et al. 2022 (DeepNet)", DeepNormBlock, final_norm=False, prores=True,
-           defaults={"init": "deepnorm"}, per_layer=True),
-    Design("lns", "x = x + F(N(x) / sqrt(l)); final N unscaled",
-           "Sun et al. 2025 (LayerNorm Scaling)", LNSBlock, prores=True, per_layer=True, learned_scales=True),
-    Design("admin", "x = N(w*x + F(x)), w per channel, init sqrt((S+1)/ln(S+1) - 1), S = 2L",
-           "Liu et al. 2020 (Admin)", AdminBlock, final_norm=False, per_layer=True),
-    Design("b2t", "y = N1(x + A(x)); out = N2(y + M(y) + x)",
-           "Takase et al. 2023 (B2T connection)", B2TBlock, final_norm=False, partial_residual=False,
-           per_layer=True),
-    Design("rezero", "x = x + g*F(x), no norm, g per layer, g = 0 at init",
-           "Bachlechner et al. 2020 (ReZero)", ReZeroBlock, final_norm=False, norms=("none",),
-           defaults={"norm": "none"}, per_layer=True),
-    Design("resi-dual", "f = F(xa); xd = xd + s*f; xa = N(xa + f); head reads xa + N(xd)",
-           "Xie et al. 2023 (ResiDual)", ResiDualBlock, stream="dual", final_norm=False,
-           partial_residual=False),
-    Design("sas", "h = g*SA(N1(x)); out = a*h + b*M(N2(h)); SA shaped, value/proj = I",
-           "He & Hofmann 2024 (Simplifying Transformer Blocks)", SASBlock, attention_options=True,
-           simplified=True, defaults={"init": "identity", "attn_res": False, "ffn_res": True,
-                                      "shaped_attention": True, "vp_identity": True}),
-    Design("sas-p", "out = g*SA(N(x)) + b*M(N(x)), parallel, no skip; SA shaped, value/proj = I",
-           "He & Hofmann 2024 (Simplifying Transformer Blocks)", SASPBlock, attention_options=True,
-           simplified=True, partial_residual=False,
-           defaults={"init": "identity", "attn_res": False, "ffn_res": False,
-                     "shaped_attention": True, "vp_identity": True}),
-]
-
-# ---- Zoo II (issue 9): learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
-_DESIGNS += [
-    Design("reordered-ln", "x = x + N1(A(x)); x = x + N2(M(x)); norm on the branch output only; final N",
-           "Team OLMo 2024 (2 OLMo 2 Furious)", ReorderedLNBlock, prores=True, per_layer=True,
-           learned_scales=True),
-    # ALL_NORMS as pre-ln: with norm = "none" it is a norm-free pre-ln whose per-channel branch
-    # scales start small (SkipInit / ReZero with a vector), a meaningful ablation of LayerScale.
-    Design("layerscale", "x = x + diag(l1) A(N1(x)); x = x + diag(l2) M(N2(x)), l per channel, "
-           "init eps (0.1 to 18 layers, 1e-5 to 24, 1e-6 beyond)",
-           "Touvron et al. 2021 (CaiT, Going deeper with Image Transformers)", LayerScaleBlock,
-           norms=ALL_NORMS, defaults={"branch_scale": "channel"}, prores=True, per_layer=True,
-           learned_scales=True),
-    Design("gated", "y = ReLU(F(N(x))); r = sig(W_r y + U_r x); z = sig(W_z y + U_z x - b_g); "
-           "h = tanh(W_g y + U_g(r*x)); x = (1-z)*x + z*h; final N",
-           "Parisotto et al. 2020 (GTrXL)", GatedBlock, partial_residual=False, per_layer=True),
-]
-
-# ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
-_DESIGNS += [
-    Design("hyper-connections", "n streams H_i = emb; per sublayer k: h = sum_i A_m[i] H_i; y = F(N(h)); "
-           "H'_j = sum_i A_r[i,j] H_i + B[j] y; head reads N(sum_i H_i); init A_m = e_(k mod n), A_r = I, "
-           "B = 1 (pre-ln); hyper_dynamic: + s*tanh(N(H) W); sinkhorn: A_r = SinkhornKnopp(R), "
-           "read sigmoid, write 2*sigmoid (mHC)",
-           "Zhu et al. 2024 (Hyper-Connections, ICLR 2025); Xie et al. 2025 (mHC: Manifold-Constrained "
-           "Hyper-Connections)", HyperBlock, stream="hyper", partial_residual=False),
-]
-
-# ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
-_DESIGNS += [
-    Design("ngpt", "h = Norm(h + alpha_A*(Norm(A(h)) - h)); h = Norm(h + alpha_M*(Norm(M(h)) - h)); "
-           "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
-           "Loshchilov et al. 2024 (nGPT)", NGPTBlock, stream="ngpt", final_norm=False, norms=("none",),
-           defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False),
-]
-
-DESIGNS: dict[str, Design] = {d.name: d for d in _DESIGNS}
+DESIGNS: dict[str, Design] = {}
 
 # Defaults every design shares, for fields no design overrides.
 _COMMON_DEFAULTS = {"norm": "layernorm", "init": "gpt2", "attn_res": True, "ffn_res": True,
                     "embed_norm": False, "shaped_attention": False, "vp_identity": False,
-                    "branch_scale": "none", "bias": True, "mlp": "gelu"}
+                    "branch_scale": "none", "branch_scale_init": 1.0, "bias": True, "mlp": "gelu"}
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+_NAME = re.compile(r"[a-z0-9][a-z0-9+._-]{0,63}")
 
 
-def cait_layerscale_init(n_layer: int) -> float:
-    """LayerScale's initial lambda by depth (Touvron et al. 2021, CaiT): 0.1 up to 18 layers,
-    1e-5 up to 24, 1e-6 beyond."""
-    return 0.1 if n_layer <= 18 else 1e-5 if n_layer <= 24 else 1e-6
+def _field_default(name: str) -> Any:
+    f = _FIELDS[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _fail(name: object, problem: str) -> None:
+    raise ReslabError(f"register_design({name!r}): {problem}")
+
+
+def register_design(name: str, block: Any, *, formula: str, reference: str, stream: str = "single",
+                    final_norm: bool = True, norms: tuple = NORMED, defaults: dict | None = None,
+                    partial_residual: bool = True, prores: bool = False, attention_options: bool = False,
+                    per_layer: bool = False, layer_base: bool = True, learned_scales: bool = False,
+                    attention_carry: bool = False, fsdp: bool = True, own_fields: tuple = (),
+                    check: Callable | None = None, options: type | None = None,
+                    plugin: str | None = None, plugin_version: str | None = None,
+                    replace: bool = False) -> Design:
+    """Add a block design to the zoo; every reslab path (CLI, sweeps, studies, load_model) can then use it.
+
+    name      lower-case, e.g. "mix-pre-post"; refused if taken, unless replace=True
+    block     the block class: Block(cfg, layer) with cfg the resolved ModelConfig and layer counted
+              from 1, a subclass of reslab.model.blocks.base.Block (or "module:Class" text, imported
+              when the first model is built, so that listing the zoo stays cheap)
+    formula   the update the block computes, as `reslab variants` shows it; reference: its paper
+    stream    "single" (one residual stream, the usual case), "dual", "hyper" or "ngpt"
+    flags     final_norm, norms, partial_residual, prores, attention_options, per_layer, layer_base,
+              learned_scales, attention_carry, fsdp: what the design allows (see model/design.py)
+    defaults  values for ModelConfig fields left unset, e.g. {"norm": "rmsnorm"} (a value or cfg -> value)
+    own_fields  ModelConfig fields that only designs declaring them take (refused for the others)
+    check     (resolved cfg, given cfg) -> list of error lines for the design's own rules
+    options   a dataclass of the design's own hyperparameters, set in TOML as [model.options]
+              (bool, int, float, str, Literal, Optional, list and dict fields, each with a default);
+              blocks read them with reslab.design_options(cfg)
+    plugin    the registering module (found from the block when not given; None for reslab's own)
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        _fail(name, "a design name is 1-64 lower-case letters, digits and + . _ - (starting with a letter or digit)")
+    if name in DESIGNS and not replace:
+        owner = DESIGNS[name].plugin or "reslab"
+        _fail(name, f"the name is taken (registered by {owner}); choose another or pass replace=True")
+    if not (isinstance(block, str) and ":" in block) and not callable(block):
+        _fail(name, "block must be a block class (or 'module:Class' text)")
+    if stream not in STREAM_KINDS:
+        _fail(name, f"stream must be one of {', '.join(STREAM_KINDS)}, got {stream!r}")
+    if not norms or not set(norms) <= set(ALL_NORMS):
+        _fail(name, f"norms must be a non-empty subset of {', '.join(ALL_NORMS)}, got {norms!r}")
+    for key in list(defaults or {}) + list(own_fields):
+        if key not in _FIELDS:
+            _fail(name, f"{key!r} is not a ModelConfig field (a design's own hyperparameters go in options=)")
+    if not isinstance(formula, str) or not formula.strip() or not isinstance(reference, str):
+        _fail(name, "formula and reference must be text (formula non-empty)")
+    if options is not None:
+        _check_options_class(name, options)
+    if plugin is None:
+        module = block.partition(":")[0] if isinstance(block, str) else getattr(block, "__module__", "")
+        if module.split(".")[0] != "reslab":
+            plugin = module
+    if plugin is not None and plugin_version is None:
+        plugin_version = _version_of(plugin)
+    design = Design(name, formula, reference, block, stream=stream, final_norm=final_norm, norms=tuple(norms),
+                    defaults=dict(defaults or {}), partial_residual=partial_residual, prores=prores,
+                    attention_options=attention_options, per_layer=per_layer, layer_base=layer_base,
+                    learned_scales=learned_scales, attention_carry=attention_carry, fsdp=fsdp,
+                    own_fields=tuple(own_fields), check=check, options=options, plugin=plugin,
+                    plugin_version=plugin_version)
+    DESIGNS[name] = design
+    return design
+
+
+def _check_options_class(name: str, options: type) -> None:
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        _fail(name, "options must be a dataclass of the design's own hyperparameters")
+    for f in dataclasses.fields(options):
+        if f.name.startswith("_"):
+            _fail(name, f"options field {f.name!r}: names starting with _ cannot be set from TOML")
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            _fail(name, f"options field {f.name!r} needs a default (a config that leaves it out must build)")
+    try:
+        from_dict(options, {}, "model.options")
+    except TypeError as e:  # a field type that TOML cannot give
+        _fail(name, f"options: {e}")
+    except (ConfigError, ValueError) as e:
+        _fail(name, f"options: its defaults are refused by its own checks ({e})")
+
+
+def _version_of(module: str) -> str | None:
+    """The version of the distribution that provides `module` (or its __version__), if known."""
+    from importlib import metadata
+
+    top = module.split(".")[0]
+    try:
+        for dist in metadata.packages_distributions().get(top, []):
+            return metadata.version(dist)
+    except Exception:  # noqa: BLE001 - broken metadata elsewhere must not stop a registration
+        pass
+    import sys
+
+    version = getattr(sys.modules.get(module) or sys.modules.get(top), "__version__", None)
+    return str(version) if version is not None else None
+
+
+def _unknown(name: str) -> str:
+    return (f"model.design: unknown design {name!r}; choose one of {', '.join(DESIGNS)} (a design from a "
+            f"plugin needs its module loaded: --plugin MODULE, RESLAB_PLUGINS, or an installed "
+            f"'reslab.designs' entry point)")
 
 
 def get_design(name: str) -> Design:
     if name not in DESIGNS:
-        raise_if([f"model.design: unknown design {name!r}; choose one of {', '.join(DESIGNS)}"])
+        from ..plugins import load_plugins
+
+        load_plugins()  # entry points and RESLAB_PLUGINS, once per process
+    if name not in DESIGNS:
+        raise_if([_unknown(name)])
     return DESIGNS[name]
 
 
+def design_options(cfg: ModelConfig):
+    """The design's own hyperparameters ([model.options]) as its options dataclass (None if it has none)."""
+    d = get_design(cfg.design)
+    return None if d.options is None else from_dict(d.options, dict(cfg.options), "model.options")
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _names(flag: str) -> str:
+    return ", ".join(n for n, x in DESIGNS.items() if getattr(x, flag))
+
+
+def _declaring(field_name: str) -> list[str]:
+    return [n for n, x in DESIGNS.items() if field_name in x.own_fields]
+
+
 def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
-    """Combinations that mean nothing for design d. `given` is the config before defaults."""
+    """Combinations that mean nothing for design d, from the flags. `given` is the config before defaults."""
     errors = []
     if cfg.norm not in d.norms:
         errors.append(f"model.norm: {d.name} allows {', '.join(map(repr, d.norms))}, got {cfg.norm!r}")
@@ -154,28 +177,15 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
         if not d.partial_residual and getattr(given, flag) is not None \
                 and getattr(given, flag) != d.defaults.get(flag, True):
             errors.append(f"model.{flag}: {d.name} has a fixed skip structure; leave {flag} unset "
-                          "(partial residuals apply to pre-ln, post-ln, sandwich-ln, peri-ln, mix-ln, "
-                          "deepnorm, lns, admin, rezero, sas)")
+                          f"(partial residuals apply to {_names('partial_residual')})")
     if cfg.prores != "none" and not d.prores:
-        allowed = ", ".join(n for n, x in DESIGNS.items() if x.prores)
-        errors.append(f"model.prores: ProRes composes with {allowed}; not with {d.name}")
+        errors.append(f"model.prores: ProRes composes with {_names('prores')}; not with {d.name}")
     if not d.attention_options:
         for flag in ("shaped_attention", "vp_identity"):
             if getattr(given, flag):
-                errors.append(f"model.{flag}: only pre-ln, sas and sas-p take {flag}; not {d.name}")
-    if not d.simplified:
-        if cfg.norm_free:
-            errors.append(f"model.norm_free: only sas and sas-p take norm_free (use norm = 'none' "
-                          f"for a norm-free pre-ln); not {d.name}")
-        if cfg.sas_ff_gain != ModelConfig.sas_ff_gain:
-            errors.append(f"model.sas_ff_gain: only sas and sas-p have b_FF; not {d.name}")
-    if d.stream != "dual" and cfg.resi_dual_scale != 1.0:
-        errors.append(f"model.resi_dual_scale: only resi-dual has a dual stream; not {d.name}")
-    if d.name != "mix-ln" and given.mix_ln_post_layers is not None:
-        errors.append(f"model.mix_ln_post_layers: only mix-ln takes it; not {d.name}")
-    if d.name == "mix-ln" and not 0 <= cfg.mix_ln_post_layers <= cfg.n_layer:
-        errors.append(f"model.mix_ln_post_layers: must be in 0..n_layer={cfg.n_layer}, "
-                      f"got {cfg.mix_ln_post_layers}")
+                errors.append(f"model.{flag}: only {_join(_names('attention_options').split(', '))} "
+                              f"take {flag}; not {d.name}")
+    errors += _own_field_refusals(cfg, d, given)
     if given.embed_norm and d.stream == "dual":
         errors.append(f"model.embed_norm: {d.name} feeds the embedding to both streams unnormalised; "
                       "it has no embedding norm")
@@ -190,15 +200,29 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     if cfg.init == "t-fixup" and cfg.norm != "none":
         errors.append(f"model.init: 't-fixup' replaces normalisation; it needs norm = 'none', "
                       f"got {cfg.norm!r}")
-    return errors + _zoo2_refusals(cfg, d, given) + _layer_design_refusals(cfg, d)
+    errors += _option_refusals(cfg, d, given)
+    if d.check is not None:
+        errors += list(d.check(cfg, given))
+    return errors + _layer_design_refusals(cfg, d)
 
 
-def _names(flag: str) -> str:
-    return ", ".join(n for n, x in DESIGNS.items() if getattr(x, flag))
+def _own_field_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
+    """A field some designs declare as their own, set for a design (and per-layer designs) that does not."""
+    layer_names = set(parse_layer_designs(cfg)[0].values()) if cfg.layer_designs else set()
+    owners_here = {d.name} | layer_names
+    errors = []
+    for name in sorted({f for x in DESIGNS.values() for f in x.own_fields}, key=list(_FIELDS).index):
+        if getattr(given, name) == _field_default(name):
+            continue
+        owners = _declaring(name)
+        if not owners_here & set(owners):
+            errors.append(f"model.{name}: only {_join(owners)} take{'s' if len(owners) == 1 else ''} "
+                          f"{name}; not {d.name}")
+    return errors
 
 
-def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
-    """Zoo II options (issue 9) that mean nothing for design d."""
+def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
+    """Zoo II options (issue 9) that the design's flags do not allow."""
     errors = []
     if not d.learned_scales:
         for flag in ("skip_scale", "branch_scale"):
@@ -217,9 +241,6 @@ def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]
             if getattr(cfg, flag) and cfg.shaped_attention:
                 errors.append(f"model.{flag}: does not compose with shaped_attention "
                               f"(beta*softmax + alpha*I - gamma*C); set one of them to false")
-    if d.name == "layerscale" and cfg.branch_scale != "channel":
-        errors.append(f"model.branch_scale: layerscale is a per-channel branch scale diag(lambda); it needs "
-                      f"'channel', got {cfg.branch_scale!r} (for a scalar one use pre-ln with branch_scale = 'scalar')")
     if cfg.skip_scale != "none" and cfg.attn_res is False and cfg.ffn_res is False:
         errors.append("model.skip_scale: there is no skip to scale (attn_res = ffn_res = false)")
     if (cfg.skip_scale != "none" or cfg.branch_scale not in (None, "none")) and cfg.layer_designs:
@@ -235,35 +256,8 @@ def _zoo2_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
     if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
         errors.append(f"model.dyt_alpha: only norm = 'dyt' has alpha; got norm = {cfg.norm!r}")
-    if cfg.gate_bias != ModelConfig.gate_bias and d.name != "gated" \
-            and "gated" not in parse_layer_designs(cfg)[0].values():
-        errors.append(f"model.gate_bias: only gated (GTrXL) has a gate; not {d.name}")
     if cfg.value_residual_init != ModelConfig.value_residual_init and not cfg.value_residual:
         errors.append("model.value_residual_init: needs value_residual = true")
-    if d.name != "hyper-connections":
-        for flag in ("hyper_streams", "hyper_mixing", "hyper_dynamic", "sinkhorn_iters"):
-            if getattr(cfg, flag) != getattr(ModelConfig, flag):
-                errors.append(f"model.{flag}: only hyper-connections has parallel streams; not {d.name}")
-    elif cfg.sinkhorn_iters != ModelConfig.sinkhorn_iters and cfg.hyper_mixing != "sinkhorn":
-        errors.append("model.sinkhorn_iters: needs hyper_mixing = 'sinkhorn'")
-    elif cfg.hyper_mixing == "sinkhorn" and cfg.hyper_streams < 2:
-        errors.append("model.hyper_streams: hyper_mixing = 'sinkhorn' needs at least 2 streams (a 1 x 1 "
-                      "doubly stochastic matrix is the constant 1); use 'free' for n = 1")
-    if d.name != "ngpt" and cfg.ngpt_alpha_init != ModelConfig.ngpt_alpha_init:
-        errors.append(f"model.ngpt_alpha_init: only ngpt has eigen learning rates; not {d.name}")
-    if d.name == "ngpt":
-        if cfg.mlp != "swiglu":
-            errors.append(f"model.mlp: ngpt's MLP is always SwiGLU with its scalers s_u, s_v; "
-                          f"leave mlp unset or set 'swiglu', got {cfg.mlp!r}")
-        if cfg.bias:
-            errors.append("model.bias: ngpt has no biases (every weight row lives on the unit sphere); "
-                          "leave bias unset or set false")
-        if given.init not in (None, "gpt2"):
-            errors.append(f"model.init: ngpt puts every weight row on the unit sphere, so an init "
-                          f"scheme's scale has no meaning; leave init unset, got {given.init!r}")
-        if cfg.branch_gain != 1.0:
-            errors.append("model.branch_gain: ngpt normalises every branch output (Norm(F(h))), which "
-                          "cancels a gain; its eigen learning rates alpha_A, alpha_M set the step")
     return errors
 
 
@@ -294,7 +288,7 @@ def parse_layer_designs(cfg: ModelConfig) -> tuple[dict[int, str], list[str]]:
 def _layer_design_refusals(cfg: ModelConfig, d: Design) -> list[str]:
     if not cfg.layer_designs:
         return []
-    if d.stream != "single" or d.name in ("mix-ln", "sas", "sas-p", "ngpt"):
+    if d.stream != "single" or not d.layer_base:
         return [f"model.layer_designs: per-layer designs need a single-stream base design with "
                 f"standard blocks; {d.name} has its own layer structure"]
     layers, errors = parse_layer_designs(cfg)
@@ -318,22 +312,42 @@ def layer_design(cfg: ModelConfig, layer: int) -> Design:
     return DESIGNS[name]
 
 
+def _resolved_options(cfg: ModelConfig, d: Design, errors: list[str]) -> dict:
+    """[model.options] checked against the design's options dataclass, with its defaults filled in."""
+    if d.options is None:
+        if cfg.options:
+            errors.append(f"model.options: {d.name} has no options of its own; remove "
+                          f"{', '.join(sorted(cfg.options))}")
+        return dict(cfg.options)
+    try:
+        return dataclasses.asdict(from_dict(d.options, dict(cfg.options), "model.options"))
+    except ConfigError as e:
+        errors.extend(e.errors)
+    except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
+        errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
+    return dict(cfg.options)
+
+
 def resolve(cfg: ModelConfig) -> ModelConfig:
     """The config with every design default filled in; raises ConfigError listing every problem."""
     errors = check_shapes(cfg)
     if cfg.design not in DESIGNS:
-        errors.append(f"model.design: unknown design {cfg.design!r}; choose one of {', '.join(DESIGNS)}")
+        try:
+            get_design(cfg.design)  # loads plugins before giving up
+        except ConfigError as e:
+            errors += e.errors
     raise_if(errors)
     d = DESIGNS[cfg.design]
     filled = {}
     for f in dataclasses.fields(cfg):
         if getattr(cfg, f.name) is None:
-            if f.name == "mix_ln_post_layers":
-                filled[f.name] = math.ceil(cfg.n_layer / 4) if d.name == "mix-ln" else None
-            elif f.name == "branch_scale_init":
-                filled[f.name] = cait_layerscale_init(cfg.n_layer) if d.name == "layerscale" else 1.0
-            else:
-                filled[f.name] = d.defaults.get(f.name, _COMMON_DEFAULTS.get(f.name))
+            default = d.defaults.get(f.name, _COMMON_DEFAULTS.get(f.name))
+            filled[f.name] = default(cfg) if callable(default) else default
+    options_errors: list[str] = []
+    filled["options"] = _resolved_options(cfg, d, options_errors)
     resolved = dataclasses.replace(cfg, **filled)
-    raise_if(_refusals(resolved, d, cfg))
+    raise_if(options_errors + _refusals(resolved, d, cfg))
     return resolved
+
+
+from . import zoo  # noqa: E402,F401  - the built-in designs register themselves

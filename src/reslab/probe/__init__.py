@@ -6,21 +6,20 @@ rank collapse and the last layer's W2 gradient, over designs x depths x seeds; s
     depth_slopes(rows, "last_w2_grad_norm")      # {'pre-ln': about -0.5, 'post-ln': about 0}
 """
 
-from .measure import probe_model, random_batch, stream_stats
-from .plots import plot_all, plot_vs_depth, plot_vs_layer
-from .run import (
-                  depth_slopes,
-                  fit_slope,
-                  format_table,
-                  layer_means,
-                  layer_slopes,
-                  model_means,
-                  read_csv,
-                  run_probe,
-                  slopes_table,
-                  write_csv,
-)
-from .settings import MODES, RANK_VARIANTS, build, linear_ln_sim, zero_query_key
+from .._lazy import lazy_getattr
+
+# name -> submodule; imported on first use (PEP 562), so that `reslab probe --help` imports no torch
+_WHERE = {"probe_model": "measure", "random_batch": "measure", "stream_stats": "measure",
+          "plot_all": "plots", "plot_vs_depth": "plots", "plot_vs_layer": "plots",
+          "depth_slopes": "run", "fit_slope": "run", "format_table": "run", "layer_means": "run",
+          "layer_slopes": "run", "model_means": "run", "read_csv": "run", "run_probe": "run",
+          "slopes_table": "run", "write_csv": "run",
+          "MODES": "settings", "RANK_VARIANTS": "settings", "build": "settings",
+          "linear_ln_sim": "settings", "zero_query_key": "settings"}
+
+
+__getattr__ = lazy_getattr(__name__, _WHERE)
+
 
 __all__ = [
                   "MODES",

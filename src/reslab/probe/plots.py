@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt
+# Figures are matplotlib.figure.Figure objects that pyplot never sees: no backend is chosen or
+# switched (a notebook keeps its own), and no global figure list holds them.
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
 from ..fileio import atomic_path
 from .run import fit_slope, layer_means, model_means
 
-_PALETTE = plt.get_cmap("tab10").colors
+_PALETTE = colormaps["tab10"].colors
 LABELS = {
     "last_w2_grad_norm": "||dL/dW2|| of the last layer",
     "grad_norm": "per-layer gradient norm",
@@ -33,7 +33,6 @@ def _colours(designs) -> dict[str, tuple]:
 def _save(fig, path: Path) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -44,7 +43,8 @@ def _designs(rows):
 def plot_vs_depth(rows, metric: str, path, title: str = "") -> Path:
     """Seed-mean per-model metric against depth, log-log, one line per design with its exponent."""
     colours = _colours(_designs(rows))
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
     for d, by in model_means(rows, metric).items():
         xs, ys = list(by), list(by.values())
         ax.plot(xs, ys, "o-", color=colours[d], label=f"{d} (slope {fit_slope(xs, ys):+.2f})")
@@ -64,7 +64,8 @@ def plot_vs_depth(rows, metric: str, path, title: str = "") -> Path:
 def plot_vs_layer(rows, metric: str, depth: int, path, title: str = "", log: bool = True) -> Path:
     """Seed-mean per-layer metric against the layer index at one depth, one line per design."""
     colours = _colours(_designs(rows))
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
     for d, ys in layer_means(rows, metric, depth).items():
         ks = list(range(1, len(ys) + 1))
         label = f"{d} (slope {fit_slope(ks, ys):+.2f})" if log else d

@@ -61,6 +61,29 @@ def cmd_report(args) -> None:
     print(out, file=sys.stdout if args.format == "path" else sys.stderr)
 
 
+def cmd_compare(args) -> None:
+    from ..fileio import check_output_dir
+    from ..sweep.cli import writable_store
+    from ..sweep.store import Store
+    from .compare import compare
+    from .render import render_markdown, write_report
+
+    store = Store(writable_store(args))
+    if args.out is not None:
+        check_output_dir(args.out, "--out")
+    try:
+        report, out = compare(args.runs, store, by=args.by, baseline=args.baseline, out_dir=args.out)
+        paths = write_report(report, out)
+    finally:
+        store.close()
+    if args.format == "json":
+        print(paths["json"].read_text(), end="")
+        return
+    if args.format == "md":
+        print(render_markdown(report))
+    print(out, file=sys.stdout if args.format == "path" else sys.stderr)
+
+
 def add_parser(sub) -> None:
     r = sub.add_parser("report", help="tables, statistics and figures of a sweep (report.md, report.html)")
     r.add_argument("target", help="a sweep spec file, or a results store folder")
@@ -72,3 +95,12 @@ def add_parser(sub) -> None:
                    help="print the report folder (default), the Markdown, or the JSON for machines")
     r.add_argument("--no-probe", action="store_true", help="skip the init-time probe a study asks for")
     r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("compare", help="the same report for any runs (folders or identities), grouped by a config field")
+    c.add_argument("runs", nargs="+", help="run folders, or run identities (or their first digits) in the store")
+    c.add_argument("--by", default="model.design", help="config field whose value names a row (default model.design)")
+    c.add_argument("--baseline", help="the row the others are tested against (default pre-ln, else the first)")
+    c.add_argument("--store", help="the store that records the comparison (default: $RESLAB_STORE or ./results)")
+    c.add_argument("--out", help="report folder (default: <store>/reports/compare-<hash>-compare)")
+    c.add_argument("--format", choices=["path", "md", "json"], default="path")
+    c.set_defaults(func=cmd_compare)

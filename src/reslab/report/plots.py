@@ -12,13 +12,8 @@ nothing is left open after a save, and an interactive pyplot session elsewhere i
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-import matplotlib
-
-if "matplotlib.pyplot" not in sys.modules:  # leave the backend of a running pyplot session alone
-    matplotlib.use("Agg")
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.colors import to_hex, to_rgb

@@ -171,7 +171,7 @@ def add_parsers(sub, parser_class) -> None:
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
     ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
     ls = ssub.add_parser("list", help="each study's question, designs, scales and estimated cost")
-    ls.set_defaults(func=cmd_study_list)
+    ls.set_defaults(func=cmd_study_list, needs_torch=False)
     sp = ssub.add_parser("spec", help="print a study's sweep spec (copy it to change it; run with `reslab sweep run`)")
     sp.add_argument("name")
     sp.set_defaults(func=cmd_study_spec)

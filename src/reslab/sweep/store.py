@@ -3,6 +3,9 @@
     <store>/
         index.sqlite            runs, their memberships in specs, and the specs (WAL mode)
         specs/<name>.json       each spec as last run: its source and its planned runs
+        links.json              runs that `reslab train` (or `reslab compare`) listed, wherever their
+                                folders are: {"runs": [{"path", "id", "config", timings}]}; their
+                                folders are left as they are (no sweep.json is written into them)
         runs/<label>-<id>/      one run folder per run identity (see train/run_folder.py), plus
             sweep.json          {"id", "config": planned config, "members": [{spec, variant, scale, grid, seed}]}
             worker.log          the run's output when a sweep trained it
@@ -47,14 +50,16 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def run_row_from_folder(run_dir: Path) -> dict | None:
-    """The index row of one run folder from its sweep.json / config.json / status.json and metrics."""
+def run_row_from_folder(run_dir: Path, meta: dict | None = None) -> dict | None:
+    """The index row of one run folder from its sweep.json (or `meta`, a linked run's record: id,
+    config, timings) and its status.json and metrics."""
     from ..fileio import JsonlLog
 
     sweep_file = run_dir / "sweep.json"
-    if not sweep_file.is_file():
+    if sweep_file.is_file():
+        meta = read_json(sweep_file, "sweep membership")
+    elif meta is None:
         return None
-    meta = read_json(sweep_file, "sweep membership")
     status = RunFolder(run_dir).read_status()
     cfg = meta.get("config", {})
     params = (status.get("params") or {}).get("total")
@@ -159,6 +164,28 @@ class Store:
     def read_membership(self, run_dir: Path) -> dict:
         return read_json(run_dir / "sweep.json", "sweep membership")
 
+    # ---- single runs (`reslab train`) ----
+    def register_single(self, run_dir: Path, config: dict, run_id: str, **fields) -> None:
+        """Index a run that `reslab train` trained (in no sweep), wherever its folder is."""
+        self.link(run_dir, {"id": run_id, "config": config, **fields})
+
+    def link(self, run_dir: Path, meta: dict) -> None:
+        """Index a run folder without writing into it, and remember it so that reindex finds it again."""
+        run_dir = Path(run_dir).resolve()
+        row = run_row_from_folder(run_dir, meta)
+        if row is not None:
+            self.upsert_run(row)
+        links = [r for r in self.linked_runs() if r["path"] != str(run_dir)]
+        write_json(self.root / "links.json", {"runs": links + [{"path": str(run_dir), **meta}]})
+
+    def linked_runs(self) -> list[dict]:
+        path = self.root / "links.json"
+        if not path.is_file():
+            return []
+        runs = read_json(path, "linked runs").get("runs", [])
+        return [r for r in runs if isinstance(r, dict) and isinstance(r.get("path"), str)
+                and isinstance(r.get("id"), str) and isinstance(r.get("config"), dict)]
+
     # ---- rebuild ----
     def reindex(self) -> int:
         """Rebuild index.sqlite from the run folders and specs/ (atomically: a new file renamed over)."""
@@ -175,6 +202,12 @@ class Store:
             fresh.upsert_run(row)
             fresh.add_members(row["id"], self.read_membership(run_dir).get("members", []))
             count += 1
+        for link in self.linked_runs():
+            run_dir = Path(link["path"])
+            row = run_row_from_folder(run_dir, link) if run_dir.is_dir() else None
+            if row is not None:
+                fresh.upsert_run(row)
+                count += 1
         for spec_file in sorted(self.specs_dir.glob("*.json")) if self.specs_dir.is_dir() else []:
             fresh.record_spec(spec_file.stem, str(spec_file))
         fresh.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -14,6 +14,7 @@ from ..config import ModelConfig
 from ..data.config import DataConfig
 from ..data.config import check as check_data
 from ..errors import ConfigError, ReslabError
+from ..model.registry import DESIGNS
 from ..model.registry import resolve as resolve_model
 from ..typed import INT_MAX, Typed, from_dict
 
@@ -22,15 +23,15 @@ PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 1e-3
+    lr: float = 1e-3                   # peak learning rate (after warmup)
     min_lr: float = 1e-4               # floor of the cosine / WSD decay
-    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
+    schedule: Literal["cosine", "constant", "wsd"] = "cosine" # learning-rate schedule after warmup
     warmup_steps: int = 100            # linear warmup from 0 (0 = none)
     decay_steps: Optional[int] = None  # cosine reaches min_lr here (default: train.steps)
     wsd_decay_fraction: float = 0.2    # WSD: last fraction of the run decays linearly to min_lr
-    beta1: float = 0.9
-    beta2: float = 0.99
-    eps: float = 1e-8
+    beta1: float = 0.9                 # AdamW beta1
+    beta2: float = 0.99                # AdamW beta2
+    eps: float = 1e-8                  # AdamW epsilon
     weight_decay: float = 0.1          # on matrices only: never on norms, biases, gains
     embedding_decay: bool = True       # also decay token / position embeddings (nanoGPT does)
     grad_clip: float = 1.0             # global gradient-norm clip; 0 switches clipping off
@@ -42,29 +43,29 @@ class TrainConfig:
     steps: int = 2000                  # optimizer updates
     batch_size: int = 12               # sequences per micro-batch (per process)
     grad_accum: int = 1                # micro-batches per update (per process)
-    eval_interval: int = 250
+    eval_interval: int = 250           # updates between evaluations (and checkpoints, by default)
     eval_iters: int = 20               # batches per evaluation
     eval_batch_size: Optional[int] = None  # default: batch_size
-    eval_mode: Literal["fixed", "random"] = "fixed"
-    eval_seed: int = 99991
+    eval_mode: Literal["fixed", "random"] = "fixed" # fixed: the same validation batches at every evaluation; random: fresh ones from eval_seed
+    eval_seed: int = 99991             # seed of the validation batches (the same for every run: evaluation is not part of a seed)
     log_interval: int = 1              # train-loss lines in metrics.jsonl every n updates
     checkpoint_interval: Optional[int] = None  # default: eval_interval; 0 = only at the end
     keep_checkpoints: int = 2          # newest k step checkpoints kept (the best is kept apart)
     seed: int = 1337                   # init, data order and dropout streams derive from it
     init_seed: Optional[int] = None    # override one stream's seed
-    data_seed: Optional[int] = None
-    dropout_seed: Optional[int] = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    data_seed: Optional[int] = None    # override the data-order stream's seed
+    dropout_seed: Optional[int] = None # override the dropout stream's seed
+    device: Literal["auto", "cpu", "cuda"] = "auto" # auto: CUDA when available
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA
-    compile: bool = False
-    tf32: bool = True
+    compile: bool = False              # torch.compile the model
+    tf32: bool = True                  # TF32 matmuls on CUDA
     deterministic: bool = False        # framework deterministic algorithms (bit-exact reruns)
     threads: Optional[int] = None      # CPU threads for this run
     parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (ddp) or shard (fsdp, FSDP2)
-    progress: Literal["auto", "bar", "lines", "off"] = "auto"
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "reslab"
+    progress: Literal["auto", "bar", "lines", "off"] = "auto" # progress display on stderr (auto: a bar on a terminal, lines otherwise)
+    tensorboard: bool = False          # also log to TensorBoard (in the run folder)
+    wandb: bool = False                # also log to Weights & Biases
+    wandb_project: str = "reslab"      # the W&B project
     nan_at_step: Optional[int] = None  # testing aid: make the loss NaN at this update
 
 
@@ -72,7 +73,7 @@ class TrainConfig:
 class DiagnosticsConfig:
     """[diagnostics]: see reslab/diagnostics (rows in <run>/diagnostics.jsonl). The spike-score
     fields are used at the end of every run, diagnostics on or off (status.json spike_score_*)."""
-    enabled: bool = False
+    enabled: bool = False              # collect diagnostics (per-layer norms, gradients, learned scalars)
     interval: Optional[int] = None     # measure every n updates (default: train.eval_interval), + step 0 and the end
     batch_size: int = 8                # sequences in the fixed diagnostic batch (from the val split)
     seed: int = 4242                   # the diagnostic batch's own seed
@@ -122,9 +123,9 @@ def _semantic_errors(cfg: RunConfig) -> list[str]:
     if t.parallel == "fsdp" and cfg.diagnostics.enabled:
         errors.append("diagnostics.enabled: diagnostics read whole parameters and gradients, which FSDP "
                       "shards; use train.parallel = 'ddp' for a run with diagnostics")
-    if t.parallel == "fsdp" and cfg.model.design == "ngpt":
-        errors.append("train.parallel: nGPT re-normalises whole weight rows after every step, which FSDP "
-                      "shards; use train.parallel = 'ddp'")
+    if t.parallel == "fsdp" and not getattr(DESIGNS.get(cfg.model.design), "fsdp", True):  # unknown: said elsewhere
+        errors.append(f"train.parallel: {cfg.model.design} re-normalises whole weight rows after every step, "
+                      "which FSDP shards; use train.parallel = 'ddp'")
     if not o.lr > 0:
         errors.append(f"optim.lr: must be positive, got {o.lr}")
     if o.lr > 0 and not 0 <= o.min_lr <= o.lr:

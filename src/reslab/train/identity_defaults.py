@@ -61,6 +61,7 @@ BASELINE: dict = {
         "sinkhorn_iters": 20,
         "ngpt_alpha_init": 0.05,
         "layer_designs": {},
+        "options": {},  # issue 16: a design's own hyperparameters ([model.options])
     },
     "data": {
         "corpus": "tinyshakespeare",

@@ -82,8 +82,14 @@ class RunFolder:
                                   "--out folder (or delete this one) to start a new run")
             return True
         self.path.mkdir(parents=True, exist_ok=True)
-        from .. import __version__
-        write_json(self.config_path, {"reslab_version": __version__, "config": config})
+        from .._version import __version__
+        from ..plugins import plugin_of_design
+
+        record = {"reslab_version": __version__, "config": config}
+        module, version = plugin_of_design(config.get("model", {}).get("design"))
+        if module is not None:  # a plugin's design: say which plugin, for whoever reads the run later
+            record["plugin"] = {"module": module, "version": version}
+        write_json(self.config_path, record)
         return False
 
     # ---- tokenizer (so `reslab sample` needs nothing but the run folder) ----

@@ -15,7 +15,7 @@ layer adds a bounded amount. The stream is never normalised until the final norm
 layerscale: Touvron, Cord, Sablayrolles, Synnaeve, Jegou 2021, "Going deeper with Image
 Transformers" (CaiT). lambda is a learned PER-CHANNEL scale of the BRANCH (never the skip),
 initialised to a small eps chosen by depth: 0.1 up to 18 layers, 1e-5 up to 24, 1e-6 beyond
-(registry.cait_layerscale_init; branch_scale_init overrides it). It is the residual point's
+(zoo.cait_layerscale_init; branch_scale_init overrides it). It is the residual point's
 branch_weight (residual.py) with branch_scale = "channel".
 
 Both compose with the learned scales of every residual point (skip_scale: s multiplies the
@@ -51,7 +51,7 @@ def layerscale_init(cfg: ModelConfig) -> float:
     """lambda's initial value: branch_scale_init where the model's branch scale is per channel
     (design layerscale: CaiT's eps by depth unless set), else CaiT's eps by depth (a layerscale
     layer chosen per layer inside another design)."""
-    from ..registry import cait_layerscale_init  # the registry imports this module
+    from ..zoo import cait_layerscale_init  # the zoo registers this module's blocks
     if cfg.branch_scale == "channel" and cfg.branch_scale_init is not None:
         return cfg.branch_scale_init
     return cait_layerscale_init(cfg.n_layer)

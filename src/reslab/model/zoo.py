@@ -1,0 +1,156 @@
+"""The zoo: every built-in block design, registered through the same API a plugin uses.
+
+Each entry is the design's formula and paper, its block ("module:Class", imported when a model is
+built), and its capability flags; a design's own rules (e.g. nGPT's SwiGLU) are its `check`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..config import ModelConfig
+from .design import ALL_NORMS
+from .registry import register_design
+
+_BLOCKS = "reslab.model.blocks."
+
+
+def cait_layerscale_init(n_layer: int) -> float:
+    """LayerScale's initial lambda by depth (Touvron et al. 2021, CaiT): 0.1 up to 18 layers,
+    1e-5 up to 24, 1e-6 beyond."""
+    return 0.1 if n_layer <= 18 else 1e-5 if n_layer <= 24 else 1e-6
+
+
+def mix_ln_block(cfg: ModelConfig, layer: int):
+    """Mix-LN: the first mix_ln_post_layers layers post-ln, the rest pre-ln."""
+    from .blocks.post_norm import PostLNBlock
+    from .blocks.pre_norm import PreLNBlock
+
+    return PostLNBlock(cfg, layer) if layer <= cfg.mix_ln_post_layers else PreLNBlock(cfg, layer)
+
+
+def _mix_ln_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if not 0 <= cfg.mix_ln_post_layers <= cfg.n_layer:
+        return [f"model.mix_ln_post_layers: must be in 0..n_layer={cfg.n_layer}, got {cfg.mix_ln_post_layers}"]
+    return []
+
+
+def _layerscale_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if cfg.branch_scale != "channel":
+        return [f"model.branch_scale: layerscale is a per-channel branch scale diag(lambda); it needs "
+                f"'channel', got {cfg.branch_scale!r} (for a scalar one use pre-ln with branch_scale = 'scalar')"]
+    return []
+
+
+def _hyper_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if cfg.sinkhorn_iters != ModelConfig.sinkhorn_iters and cfg.hyper_mixing != "sinkhorn":
+        return ["model.sinkhorn_iters: needs hyper_mixing = 'sinkhorn'"]
+    if cfg.hyper_mixing == "sinkhorn" and cfg.hyper_streams < 2:
+        return ["model.hyper_streams: hyper_mixing = 'sinkhorn' needs at least 2 streams (a 1 x 1 "
+                "doubly stochastic matrix is the constant 1); use 'free' for n = 1"]
+    return []
+
+
+def _ngpt_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    errors = []
+    if cfg.mlp != "swiglu":
+        errors.append(f"model.mlp: ngpt's MLP is always SwiGLU with its scalers s_u, s_v; "
+                      f"leave mlp unset or set 'swiglu', got {cfg.mlp!r}")
+    if cfg.bias:
+        errors.append("model.bias: ngpt has no biases (every weight row lives on the unit sphere); "
+                      "leave bias unset or set false")
+    if given.init not in (None, "gpt2"):
+        errors.append(f"model.init: ngpt puts every weight row on the unit sphere, so an init "
+                      f"scheme's scale has no meaning; leave init unset, got {given.init!r}")
+    if cfg.branch_gain != 1.0:
+        errors.append("model.branch_gain: ngpt normalises every branch output (Norm(F(h))), which "
+                      "cancels a gain; its eigen learning rates alpha_A, alpha_M set the step")
+    return errors
+
+
+# Single-norm designs that compose with everything a standard pre/post block offers.
+_STANDARD = dict(prores=True, per_layer=True, learned_scales=True, attention_carry=True)
+
+register_design("pre-ln", _BLOCKS + "pre_norm:PreLNBlock", formula="x = x + F(N(x)); final N before the head",
+                reference="Radford et al. 2019 (GPT-2); Xiong et al. 2020",
+                norms=ALL_NORMS, attention_options=True, **_STANDARD)
+register_design("post-ln", _BLOCKS + "post_norm:PostLNBlock", formula="x = N(x + F(x))",
+                reference="Vaswani et al. 2017", final_norm=False, **_STANDARD)
+register_design("sandwich-ln", _BLOCKS + "pre_norm:SandwichBlock", formula="x = x + N2(F(N1(x)))",
+                reference="Ding et al. 2021 (CogView)", defaults={"embed_norm": False}, **_STANDARD)
+register_design("peri-ln", _BLOCKS + "pre_norm:SandwichBlock",
+                formula="x = x + N_out(F(N_in(x))); N on the embedding (embed_norm)",
+                reference="Kim et al. 2025 (Peri-LN)", defaults={"embed_norm": True}, **_STANDARD)
+register_design("mix-ln", "reslab.model.zoo:mix_ln_block",
+                formula="first ceil(L/4) layers post-ln (x = N(x + F(x))), the rest pre-ln",
+                reference="Li et al. 2024 (Mix-LN)", prores=True, learned_scales=True, attention_carry=True,
+                layer_base=False, own_fields=("mix_ln_post_layers",),
+                defaults={"mix_ln_post_layers": lambda cfg: math.ceil(cfg.n_layer / 4)}, check=_mix_ln_check)
+register_design("deepnorm", _BLOCKS + "post_norm:DeepNormBlock",
+                formula="x = N(a*x + F(x)), a = (2L)^(1/4); v, out-proj, fc1, fc2 init x (8L)^(-1/4)",
+                reference="Wang et al. 2022 (DeepNet)", final_norm=False, prores=True,
+                defaults={"init": "deepnorm"}, per_layer=True)
+register_design("lns", _BLOCKS + "pre_norm:LNSBlock", formula="x = x + F(N(x) / sqrt(l)); final N unscaled",
+                reference="Sun et al. 2025 (LayerNorm Scaling)", prores=True, per_layer=True, learned_scales=True)
+register_design("admin", _BLOCKS + "post_norm:AdminBlock",
+                formula="x = N(w*x + F(x)), w per channel, init sqrt((S+1)/ln(S+1) - 1), S = 2L",
+                reference="Liu et al. 2020 (Admin)", final_norm=False, per_layer=True)
+register_design("b2t", _BLOCKS + "post_norm:B2TBlock", formula="y = N1(x + A(x)); out = N2(y + M(y) + x)",
+                reference="Takase et al. 2023 (B2T connection)", final_norm=False, partial_residual=False,
+                per_layer=True)
+register_design("rezero", _BLOCKS + "rezero:ReZeroBlock", formula="x = x + g*F(x), no norm, g per layer, g = 0 at init",
+                reference="Bachlechner et al. 2020 (ReZero)", final_norm=False, norms=("none",),
+                defaults={"norm": "none"}, per_layer=True)
+register_design("resi-dual", _BLOCKS + "resi_dual:ResiDualBlock",
+                formula="f = F(xa); xd = xd + s*f; xa = N(xa + f); head reads xa + N(xd)",
+                reference="Xie et al. 2023 (ResiDual)", stream="dual", final_norm=False, partial_residual=False,
+                own_fields=("resi_dual_scale",))
+_SIMPLIFIED = dict(attention_options=True, layer_base=False, own_fields=("norm_free", "sas_ff_gain"))
+register_design("sas", _BLOCKS + "simplified:SASBlock",
+                formula="h = g*SA(N1(x)); out = a*h + b*M(N2(h)); SA shaped, value/proj = I",
+                reference="He & Hofmann 2024 (Simplifying Transformer Blocks)",
+                defaults={"init": "identity", "attn_res": False, "ffn_res": True,
+                          "shaped_attention": True, "vp_identity": True}, **_SIMPLIFIED)
+register_design("sas-p", _BLOCKS + "simplified:SASPBlock",
+                formula="out = g*SA(N(x)) + b*M(N(x)), parallel, no skip; SA shaped, value/proj = I",
+                reference="He & Hofmann 2024 (Simplifying Transformer Blocks)", partial_residual=False,
+                defaults={"init": "identity", "attn_res": False, "ffn_res": False,
+                          "shaped_attention": True, "vp_identity": True}, **_SIMPLIFIED)
+
+# ---- Zoo II (issue 9): learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
+register_design("reordered-ln", _BLOCKS + "scaled:ReorderedLNBlock",
+                formula="x = x + N1(A(x)); x = x + N2(M(x)); norm on the branch output only; final N",
+                reference="Team OLMo 2024 (2 OLMo 2 Furious)", prores=True, per_layer=True, learned_scales=True)
+# ALL_NORMS as pre-ln: with norm = "none" it is a norm-free pre-ln whose per-channel branch scales
+# start small (SkipInit / ReZero with a vector), a meaningful ablation of LayerScale.
+register_design("layerscale", _BLOCKS + "scaled:LayerScaleBlock",
+                formula="x = x + diag(l1) A(N1(x)); x = x + diag(l2) M(N2(x)), l per channel, "
+                        "init eps (0.1 to 18 layers, 1e-5 to 24, 1e-6 beyond)",
+                reference="Touvron et al. 2021 (CaiT, Going deeper with Image Transformers)",
+                norms=ALL_NORMS, prores=True, per_layer=True, learned_scales=True, check=_layerscale_check,
+                defaults={"branch_scale": "channel",
+                          "branch_scale_init": lambda cfg: cait_layerscale_init(cfg.n_layer)})
+register_design("gated", _BLOCKS + "gated:GatedBlock",
+                formula="y = ReLU(F(N(x))); r = sig(W_r y + U_r x); z = sig(W_z y + U_z x - b_g); "
+                        "h = tanh(W_g y + U_g(r*x)); x = (1-z)*x + z*h; final N",
+                reference="Parisotto et al. 2020 (GTrXL)", partial_residual=False, per_layer=True,
+                own_fields=("gate_bias",))
+
+# ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
+register_design("hyper-connections", _BLOCKS + "hyper:HyperBlock",
+                formula="n streams H_i = emb; per sublayer k: h = sum_i A_m[i] H_i; y = F(N(h)); "
+                        "H'_j = sum_i A_r[i,j] H_i + B[j] y; head reads N(sum_i H_i); init A_m = e_(k mod n), "
+                        "A_r = I, B = 1 (pre-ln); hyper_dynamic: + s*tanh(N(H) W); sinkhorn: A_r = "
+                        "SinkhornKnopp(R), read sigmoid, write 2*sigmoid (mHC)",
+                reference="Zhu et al. 2024 (Hyper-Connections, ICLR 2025); Xie et al. 2025 (mHC: "
+                          "Manifold-Constrained Hyper-Connections)",
+                stream="hyper", partial_residual=False, check=_hyper_check,
+                own_fields=("hyper_streams", "hyper_mixing", "hyper_dynamic", "sinkhorn_iters"))
+
+# ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
+register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
+                formula="h = Norm(h + alpha_A*(Norm(A(h)) - h)); h = Norm(h + alpha_M*(Norm(M(h)) - h)); "
+                        "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
+                reference="Loshchilov et al. 2024 (nGPT)", stream="ngpt", final_norm=False, norms=("none",),
+                defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False,
+                fsdp=False, own_fields=("ngpt_alpha_init",), check=_ngpt_check)
