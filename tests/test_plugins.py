@@ -188,6 +188,19 @@ def test_plugin_flag_on_a_verb_and_a_missing_plugin(tmp_path):
     assert unknown.returncode == 2 and "--plugin MODULE" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+def test_submitit_workers_see_the_plugin_too(tmp_path):
+    """submitit's workers (as on Slurm) are processes of their own: RESLAB_PLUGINS reaches them."""
+    pytest.importorskip("submitit", reason="submitit is in the [test] extra")
+    run = _reslab("--plugin", "reslab_mix_pre_post", "sweep", "run", str(EXAMPLE / "compare.toml"),
+                  "--scale", "smoke", "--seeds", "1", "--store", str(tmp_path / "store"),
+                  "--executor", "submitit-local", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    statuses = {r["variant"]: r["status"] for r in json.loads(
+        _reslab("runs", "--store", str(tmp_path / "store"), "--json").stdout)}
+    assert statuses == {"pre-ln": "completed", "post-ln": "completed", "mix-pre-post": "completed",
+                        "mix-pre-post-fixed": "completed"}
+
+
 def test_a_smoke_sweep_with_the_plugin_completes_and_reports(tmp_path):
     """Sweep workers are fresh processes: --plugin reaches them through RESLAB_PLUGINS."""
     run = _reslab("--plugin", "reslab_mix_pre_post", "sweep", "run", str(EXAMPLE / "compare.toml"),

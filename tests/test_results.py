@@ -76,6 +76,13 @@ def test_reindex_keeps_single_runs_outside_the_store(trained):
     assert len(reslab.load_runs(root / "store")) == 4
 
 
+def test_reslab_runs_lists_single_runs_with_their_design_and_seed(trained, capsys):
+    root, _ = trained
+    assert main(["runs", "--store", str(root / "store")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "(train)" in line]  # before any compare
+    assert len(lines) >= 4 and any("post-ln" in line and "seed 2 " in line for line in lines)
+
+
 def test_compare_writes_the_sweep_report_for_any_runs(trained, capsys):
     root, runs = trained
     assert main(["compare", *map(str, runs.values()), "--store", str(root / "store"), "--format", "json"]) == 0

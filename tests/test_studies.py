@@ -89,6 +89,18 @@ def test_a_study_runs_end_to_end_at_micro_scale(tmp_path):
     assert {f["file"] for f in report["figures"]} >= {"val_loss.png", "layer0_grad.png", "hidden_growth.png"}
     assert report["published"] and "study 000" in md
     assert "smoke: not a result" in md and not report["claims"]  # the pipeline only: no verdicts
+    # the main job's store read back as data, and two of its rows compared as any runs can be
+    import reslab
+    from reslab.cli import main
+
+    runs = reslab.load_runs(tmp_path / "store", spec="partial-residual")
+    assert set(runs["variant"]) == rows and len(runs) == 5 and (runs["model.n_layer"] == 1).all()
+    assert len(reslab.load_curves(tmp_path / "store", spec="partial-residual", metric="val_loss")) >= 5 * 2
+    two = runs[runs["variant"].isin(["full", "ffn-only"])]["path"].tolist()
+    assert main(["compare", *two, "--by", "model.attn_res", "--store", str(tmp_path / "store"),
+                 "--out", str(tmp_path / "cmp")]) == 0
+    assert {r["variant"] for r in json.loads((tmp_path / "cmp" / "report.json").read_text())["table"]} == \
+        {"attn_res=True", "attn_res=False"}
 
 
 def test_the_terminal_summary_ends_with_a_line_per_verdict():

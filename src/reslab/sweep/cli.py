@@ -251,8 +251,12 @@ def cmd_runs(args) -> None:
         return
     for r in rows:
         best = f"{r['best_val_loss']:.4f}" if r["best_val_loss"] is not None else "-"
-        print(f"{r['id']}  {r['status'] or '-':<11} {str(r['spec']):<20} {str(r['variant']):<18} "
-              f"seed {str(r['seed']):<6} best {best:<8} {r['path']}")
+        spec, variant, seed = r["spec"], r["variant"], r["seed"]
+        if spec is None:  # a single run of `reslab train`: no sweep, its design and its own seed
+            spec, variant = "(train)", r.get("design")
+            seed = (json.loads(r.get("config") or "{}").get("train") or {}).get("seed")
+        print(f"{r['id']}  {r['status'] or '-':<11} {str(spec):<20} {str(variant):<18} "
+              f"seed {str(seed):<6} best {best:<8} {r['path']}")
     print(f"{len(rows)} runs", file=sys.stderr)
 
 
