@@ -190,7 +190,7 @@ def cmd_train(args) -> int:
         check_output_dir(default_run_folder(cfg), "run folder")
     check_data_cache(cfg)
     store = None
-    if not args.no_store:
+    if not args.no_store and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 lists the run
         from .sweep.cli import writable_store
         from .sweep.store import Store
 
