@@ -176,10 +176,10 @@ def test_the_cpu_scale_spans_a_wide_log_grid_with_three_seeds():
         assert (c.model.n_layer, c.model.n_embd, c.model.block_size, c.train.batch_size) == (4, 128, 64, 16)
         assert c.optim.grad_clip == 0.0 and c.optim.warmup_steps <= c.train.steps // 10
         assert c.optim.lr == r.grid["optim.lr"] and c.train.device == "cpu"
-    # the budget: runs x tokens at the ~10k tokens/s the pilots measured for each of two single-thread
-    # workers side by side (batch 16, evaluations included), within the hour the rules allow any
-    # study, close to the estimate the spec prints
+    # the budget: runs x tokens at the ~7.6k tokens/s each of two single-thread workers side by side
+    # reached in the measured run (batch 16, evaluations and start-up included), within the hour the
+    # rules allow any study, close to the estimate the spec prints
     tokens = sum(r.config.train.steps * r.config.train.batch_size * r.config.model.block_size for r in runs)
-    minutes = tokens / (2 * 10_000) / 60
+    minutes = tokens / (2 * 7_600) / 60
     assert minutes <= 60 and abs(minutes - spec.study.estimates["cpu"].cpu_minutes) <= 5
     assert spec.report.sensitivity.cap == CAP and spec.report.sensitivity.axis == "optim.lr"
