@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import types
 import typing
 
 _FIELD_LINE = re.compile(r"^\s+(\w+)\s*:\s*[^=#]+(?:=[^#]*)?(?:#\s*(.*))?$")
@@ -37,7 +38,7 @@ def _type_text(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return " | ".join(_type_text(a) for a in args) + (" | None" if len(args) < len(typing.get_args(tp)) else "")
     if origin in (list, dict):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 from .errors import ReslabError
 
@@ -111,7 +110,3 @@ def plugin_of_design(name: str) -> tuple[str | None, str | None]:
 
     d = DESIGNS.get(name)
     return (d.plugin, d.plugin_version) if d is not None else (None, None)
-
-
-def loaded_modules() -> list[str]:
-    return sorted(m for m in _loaded if m.partition(":")[0] in sys.modules)

@@ -160,8 +160,12 @@ def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _flagged(flag: str) -> list[str]:
+    return [n for n, x in DESIGNS.items() if getattr(x, flag)]
+
+
 def _names(flag: str) -> str:
-    return ", ".join(n for n, x in DESIGNS.items() if getattr(x, flag))
+    return ", ".join(_flagged(flag))
 
 
 def _declaring(field_name: str) -> list[str]:
@@ -183,7 +187,7 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     if not d.attention_options:
         for flag in ("shaped_attention", "vp_identity"):
             if getattr(given, flag):
-                errors.append(f"model.{flag}: only {_join(_names('attention_options').split(', '))} "
+                errors.append(f"model.{flag}: only {_join(_flagged('attention_options'))} "
                               f"take {flag}; not {d.name}")
     errors += _own_field_refusals(cfg, d, given)
     if given.embed_norm and d.stream == "dual":
