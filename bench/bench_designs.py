@@ -59,6 +59,11 @@ EXTRAS = {
     "pre-ln + residual attention": ("pre-ln", {"residual_attention": True}),
     "hyper-connections (dynamic)": ("hyper-connections", {"hyper_dynamic": True}),
     "hyper-connections (mHC)": ("hyper-connections", {"hyper_mixing": "sinkhorn", "hyper_dynamic": True}),
+    # Zoo III (issue 17); bench/bench_depth_memory.py measures their memory against depth
+    "parallel (shared norm)": ("parallel", {"options": {"shared_norm": True}}),
+    "denseformer (dilation 2)": ("denseformer", {"options": {"dilation": 2}}),
+    "attn-res (block of 2 layers)": ("attn-res", {"options": {"block_layers": 2}}),
+    "speedrun without value embeddings": ("speedrun", {"options": {"value_embeds": False}}),
 }
 
 # Study 001's reference setup: RMSNorm, ReLU MLP, no biases.

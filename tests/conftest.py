@@ -11,6 +11,12 @@ from reslab.testing import CPU_ONLY_FALLBACK, slow_vmap_ops  # noqa: F401  (the 
 # start, write into a store of their own, never into the checkout or a developer's real store.
 os.environ["RESLAB_STORE"] = tempfile.mkdtemp(prefix="reslab-test-store-")
 
+# Tests that start runs in a temporary folder must still find ../shared/data: a sweep refuses the
+# KJV fallback, and a run trained on it would not be the run the test means.
+_SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+if "RESLAB_DATA_DIR" not in os.environ and os.path.isfile(os.path.join(_SHARED_DATA, "tinyshakespeare", "input.txt")):
+    os.environ["RESLAB_DATA_DIR"] = os.path.abspath(_SHARED_DATA)
+
 
 @pytest.fixture(autouse=True)
 def _float32_default():

@@ -79,6 +79,23 @@ def test_bench_designs_quick():
         assert needle in text, f"missing {needle!r} in:\n{text}"
 
 
+def test_bench_depth_memory_quick(tmp_path):
+    """The activation memory is counted, not timed: every design's saved bytes grow with depth,
+    and the designs that keep earlier outputs (full AttnRes) save more than pre-ln."""
+    out = tmp_path / "depth.json"
+    _run("bench_depth_memory.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())["results"]
+    assert [r["depth"] for r in results] == [4, 8]
+    for label in ("pre-ln", "attn-res (full)", "denseformer", "speedrun", "parallel"):
+        assert results[1]["rows"][label]["saved_mib"] > results[0]["rows"][label]["saved_mib"]
+    deep = results[1]["rows"]
+    assert deep["pre-ln"]["saved_ratio"] == 1.0 and deep["attn-res (full)"]["saved_ratio"] > 1.5
+    assert deep["attn-res (block of 4 layers)"]["saved_ratio"] < deep["attn-res (full)"]["saved_ratio"]
+    bad = subprocess.run([sys.executable, str(BENCH / "bench_depth_memory.py"), "--designs", "nope"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown row 'nope'" in bad.stderr
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65),
                                    dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=50)])

@@ -301,11 +301,12 @@ def check_block(model, ref_fn, r: Ref, layer: int, x=None):
 # coverage of the registry
 # ---------------------------------------------------------------------------------------------
 def test_every_registered_design_has_a_reference_formula():
-    """The first zoo's formulas are here; Zoo II's designs are tested in tests/test_zoo2_*.py."""
-    from . import test_zoo2_attention, test_zoo2_hyper, test_zoo2_ngpt, test_zoo2_scales
+    """The first zoo's formulas are here; Zoo II's designs are tested in tests/test_zoo2_*.py,
+    Zoo III's in tests/test_zoo3.py."""
+    from . import test_zoo2_attention, test_zoo2_hyper, test_zoo2_ngpt, test_zoo2_scales, test_zoo3
 
     zoo2 = set().union(*(m.FORMULA_TESTED for m in (test_zoo2_attention, test_zoo2_hyper, test_zoo2_ngpt,
-                                                    test_zoo2_scales)))
+                                                    test_zoo2_scales, test_zoo3)))
     assert not set(REF) & zoo2
     assert set(REF) | zoo2 == set(reslab.designs())
     assert set(FINAL_NORM) | {"resi-dual"} == set(REF)
@@ -580,10 +581,11 @@ PRORES_DESIGNS = [n for n in reslab.designs() if reslab.get_design(n).prores]
 
 def test_prores_designs_are_the_spec_list():
     assert set(PRORES_DESIGNS) == {"pre-ln", "post-ln", "sandwich-ln", "peri-ln", "mix-ln",
-                                   "deepnorm", "lns", "reordered-ln", "layerscale"}
+                                   "deepnorm", "lns", "reordered-ln", "layerscale", "parallel",
+                                   "denseformer", "speedrun"}
 
 
-@pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # Zoo II: test_zoo2_scales.py
+@pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # Zoo II, III: their own files
 def test_prores_alpha_multiplies_both_branches(design):
     L, warm, t = 3, 10, 5
     model = make(design, L=L, prores="linear", prores_warmup=warm)

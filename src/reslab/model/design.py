@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 NORMED = ("layernorm", "rmsnorm", "dyt")
 ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none")
-STREAM_KINDS = ("single", "dual", "hyper", "ngpt")
+STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The GPT-style decoder: embeddings -> residual stream through the blocks -> head.
 
     emb  = wte(tokens) + wpe(positions)          (no wpe with rope or pos = "none")
-    h    = stream.enter(dropout(emb))            single stream, ResiDual's (xa, xd), n hyper-streams, ...
+    h    = stream.enter(dropout(emb))            single stream, ResiDual's (xa, xd), n hyper-streams,
+                                                 the depth stream of earlier outputs (blocks/depth.py), ...
     h    = block_L( ... block_1(h))              each block is its layer's design's formula (layer_designs);
                                                  value_residual / residual_attention: the blocks also pass
                                                  an AttentionCarry from layer to layer
@@ -17,8 +18,10 @@ from torch import nn
 
 from ..config import ModelConfig
 from .attention import AttentionCarry
+from .blocks.depth import DepthState, DepthStream
 from .blocks.hyper import HyperStream
 from .blocks.ngpt import NGPTStream, unit_rows_
+from .blocks.speedrun import SpeedrunState, SpeedrunStream
 from .init import init_weights
 from .norms import make_norm
 from .prores import prores_alpha
@@ -67,7 +70,12 @@ class DualStream(nn.Module):
 STREAMS = {"single": lambda cfg, design: SingleStream(cfg, design.final_norm),
            "ngpt": lambda cfg, design: NGPTStream(cfg),
            "dual": lambda cfg, design: DualStream(cfg),
-           "hyper": lambda cfg, design: HyperStream(cfg)}
+           "hyper": lambda cfg, design: HyperStream(cfg),
+           "depth": lambda cfg, design: DepthStream(cfg, design.final_norm),
+           "speedrun": lambda cfg, design: SpeedrunStream(cfg)}
+
+# Streams whose state is an object with the stream tensor in .x (probes and diagnostics read it).
+STATE_TYPES = (DepthState, SpeedrunState)
 
 
 class GPT(nn.Module):
@@ -139,7 +147,9 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Logits (B, T, V); with targets, also the mean cross-entropy loss."""
-        h = self.stream.enter(self.embed(idx))
+        emb = self.embed(idx)
+        # the speedrun stream also keeps the token ids (its value embeddings look them up)
+        h = self.stream.enter(emb, idx) if getattr(self.stream, "takes_tokens", False) else self.stream.enter(emb)
         if self.config.value_residual or self.config.residual_attention:
             carry = AttentionCarry()  # this forward's layer-to-layer attention state, nothing kept
             for block in self.blocks:

@@ -57,7 +57,9 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
               from 1, a subclass of reslab.model.blocks.base.Block (or "module:Class" text, imported
               when the first model is built, so that listing the zoo stays cheap)
     formula   the update the block computes, as `reslab variants` shows it; reference: its paper
-    stream    "single" (one residual stream, the usual case), "dual", "hyper" or "ngpt"
+    stream    "single" (one residual stream, the usual case), "dual", "hyper", "ngpt", "depth"
+              (earlier layers' outputs kept for mixing: model/blocks/depth.py) or "speedrun"
+              (x_0, U-net and backout kept beside the stream: model/blocks/speedrun.py)
     flags     final_norm, norms, partial_residual, prores, attention_options, per_layer, layer_base,
               learned_scales, attention_carry, fsdp: what the design allows (see model/design.py)
     defaults  values for ModelConfig fields left unset, e.g. {"norm": "rmsnorm"} (a value or cfg -> value)
@@ -172,8 +174,9 @@ def _declaring(field_name: str) -> list[str]:
     return [n for n, x in DESIGNS.items() if field_name in x.own_fields]
 
 
-def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
-    """Combinations that mean nothing for design d, from the flags. `given` is the config before defaults."""
+def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool = True) -> list[str]:
+    """Combinations that mean nothing for design d, from the flags. `given` is the config before
+    defaults. The design's own check runs only when its options are valid (it may read them)."""
     errors = []
     if cfg.norm not in d.norms:
         errors.append(f"model.norm: {d.name} allows {', '.join(map(repr, d.norms))}, got {cfg.norm!r}")
@@ -205,7 +208,7 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
         errors.append(f"model.init: 't-fixup' replaces normalisation; it needs norm = 'none', "
                       f"got {cfg.norm!r}")
     errors += _option_refusals(cfg, d, given)
-    if d.check is not None:
+    if d.check is not None and run_check:
         errors += list(d.check(cfg, given))
     return errors + _layer_design_refusals(cfg, d)
 
@@ -350,7 +353,7 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
     options_errors: list[str] = []
     filled["options"] = _resolved_options(cfg, d, options_errors)
     resolved = dataclasses.replace(cfg, **filled)
-    raise_if(options_errors + _refusals(resolved, d, cfg))
+    raise_if(options_errors + _refusals(resolved, d, cfg, run_check=not options_errors))
     return resolved
 
 

@@ -10,6 +10,7 @@ import math
 
 from ..config import ModelConfig
 from .design import ALL_NORMS
+from .options import AttnResOptions, DenseFormerOptions, ParallelOptions, SpeedrunOptions
 from .registry import register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -154,3 +155,82 @@ register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
                 reference="Loshchilov et al. 2024 (nGPT)", stream="ngpt", final_norm=False, norms=("none",),
                 defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False,
                 fsdp=False, own_fields=("ngpt_alpha_init",), check=_ngpt_check)
+
+# ---- Zoo III (issue 17): the parallel block (blocks/parallel.py) ----
+register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
+                formula="x = x + A(N1(x)) + M(N2(x)); options.shared_norm: x = x + A(N(x)) + M(N(x))",
+                reference="Wang & Komatsuzaki 2021 (GPT-J); Chowdhery et al. 2022 (PaLM)",
+                options=ParallelOptions,
+                partial_residual=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True)
+
+
+# ---- Zoo III (issue 17): mixing across depth (blocks/depth.py and one file per design) ----
+def _denseformer_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    from .registry import design_options
+
+    opts, errors = design_options(cfg), []
+    for name in ("dilation", "period"):
+        if getattr(opts, name) > cfg.n_layer:
+            errors.append(f"model.options.{name}: must be at most n_layer={cfg.n_layer}, got {getattr(opts, name)}")
+    return errors
+
+
+register_design("denseformer", _BLOCKS + "denseformer:DenseFormerBlock",
+                formula="X_l = PreLN_l(Y_(l-1)); Y_l = sum_(j in J(l)) alpha_(l,j) X_j, J(l) = {j <= l: "
+                        "(l - j) % dilation = 0}, every period-th layer (else Y_l = X_l); X_0 = emb; "
+                        "alpha_(l,l) = 1, others 0 at init (= pre-ln); head reads N(Y_L)",
+                reference="Pagliardini et al. 2024 (DenseFormer)", stream="depth", options=DenseFormerOptions,
+                check=_denseformer_check, prores=True, learned_scales=True)
+
+
+def _attn_res_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    from .registry import design_options
+
+    n = design_options(cfg).block_layers
+    if n > cfg.n_layer:
+        return [f"model.options.block_layers: must be at most n_layer={cfg.n_layer} (0 = full AttnRes), got {n}"]
+    return []
+
+
+register_design("attn-res", _BLOCKS + "attn_res:AttnResBlock",
+                formula="sublayer k reads h_k = sum_(i<k) softmax_i(w_k . RMSNorm(v_i)) v_i over v_0 = emb and "
+                        "every earlier sublayer output v_i = F_i(N(h_i)); w_k learned, 0 at init; head reads "
+                        "N(h_out); options.block_layers = n: Block AttnRes over sums of n layers",
+                reference="Kimi team 2026 (Attention Residuals, arXiv 2603.15031)", stream="depth",
+                options=AttnResOptions, check=_attn_res_check, partial_residual=False)
+
+
+# ---- Zoo III (issue 17): the speedruns' skips (blocks/speedrun.py) ----
+def _speedrun_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    from .registry import design_options
+
+    opts = design_options(cfg)
+    if opts.backout and not -1 <= opts.backout_layer < cfg.n_layer:
+        return [f"model.options.backout_layer: the head subtracts an earlier layer's output, so it must be "
+                f"in 0..n_layer-1={cfg.n_layer - 1} (or -1 for n_layer // 2), got {opts.backout_layer}"]
+    if not opts.backout and opts.backout_layer != -1:
+        return ["model.options.backout_layer: needs backout = true"]
+    return []
+
+
+register_design("speedrun", _BLOCKS + "speedrun:SpeedrunBlock",
+                formula="x_0 = N(emb); before block l: x = a_l x + b_l x_0 (x0), x = x + w_l x_(L+1-l) "
+                        "(U-net, decoder half); pre-ln block with v + g E_l[token] (value embeddings, every "
+                        "other layer); head reads N(x_L - lambda x_(L//2)) (backout); a = 1, b = 0, w = 1, "
+                        "lambda = 0.2 at init",
+                reference="modded-nanogpt records #9, #11, #14-15, #40 (Jordan et al. 2024-2025); nanochat "
+                          "(Karpathy 2025)", stream="speedrun", options=SpeedrunOptions, check=_speedrun_check,
+                defaults={"embed_norm": True}, prores=True, learned_scales=True)
+
+register_design("mudd", _BLOCKS + "mudd:MUDDBlock",
+                formula="block l: h = x_r + A(N(x_q), N(x_k), N(x_v)); X_l = h + M(N(h)); then per position "
+                        "w = W2 GELU(W1 RMS(X_l)) + b and x_s = sum_(j<=l) w[s,j] X_j for s = q, k, v, r (the "
+                        "last block: one mix, the head's); W2 = 0, b = e_l at init (= pre-ln)",
+                reference="Xiao et al. 2025 (MUDDFormer)", stream="depth", partial_residual=False,
+                learned_scales=True)
+register_design("lime", _BLOCKS + "lime:LIMeBlock",
+                formula="sublayer k on x = s_(k-1): u = sum_(j<k) softmax_j(W_k RMSNorm(x) + c_k) s_j over the "
+                        "stream states s_j (s_0 = emb); x = x + F(N(u)); attention: separate mixes for q, k, v "
+                        "(x-transformers' DynamicLIMe)",
+                reference="Gerasimov et al. 2025 (LIMe); x-transformers integrate_layers", stream="depth",
+                partial_residual=False, learned_scales=True)

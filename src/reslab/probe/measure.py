@@ -27,6 +27,7 @@ from ..diagnostics.stats import (
     hidden_norm,
     mean_pairwise_cosine,
 )
+from ..model.gpt import STATE_TYPES
 
 
 def random_batch(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +67,7 @@ def probe_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> d
     finally:
         for h in handles + [enter]:
             h.remove()
+    captured = [c.x if isinstance(c, STATE_TYPES) else c for c in captured]  # depth / speedrun: their x
     dual = isinstance(captured[0], tuple)
     with torch.no_grad():
         streams = [c[0] if dual else c for c in captured]

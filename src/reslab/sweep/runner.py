@@ -170,7 +170,10 @@ def stacked_tasks(todo: list, stack: str, gpus: int, stack_size: int) -> list[li
 
 
 def _prepare_data(runs: list[PlannedRun], log) -> None:
-    """Tokenize every distinct dataset once, here, before workers start (they then only read it)."""
+    """Tokenize every distinct dataset once, here, before workers start (they then only read it).
+
+    A sweep refuses TinyShakespeare's KJV fallback: the store keys runs by their planned config, so a
+    run trained on the fallback would be reused later as a TinyShakespeare result."""
     from ..data import prepare_dataset
 
     seen = set()
@@ -178,7 +181,13 @@ def _prepare_data(runs: list[PlannedRun], log) -> None:
         key = json.dumps(run.config.data.__dict__, sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
-            prepare_dataset(run.config.data, progress=False, log=log)
+            data = prepare_dataset(run.config.data, progress=False, log=log)
+            if run.config.data.corpus == "tinyshakespeare" and data.meta.get("corpus") != "tinyshakespeare":
+                raise ReslabError(
+                    f"run {run.label}: TinyShakespeare was not found, and a sweep does not train on the "
+                    f"{data.meta.get('corpus')} fallback under TinyShakespeare's run identities; put input.txt "
+                    f"in $RESLAB_DATA_DIR/tinyshakespeare/ or a shared/data/tinyshakespeare/ folder above this "
+                    f"one, set data.path, or set data.corpus = \"kjv\" to train on the fallback knowingly")
 
 
 def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result: SweepResult,

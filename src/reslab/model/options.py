@@ -1,0 +1,49 @@
+"""The own hyperparameters of built-in designs, set in TOML as [model.options].
+
+Plain dataclasses without torch, so the registry checks them and `reslab variants` lists them
+without building a model. Each block reads its own with `design_options(cfg)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParallelOptions:
+    shared_norm: bool = False      # one norm feeds both branches (GPT-J, PaLM); false: N1, N2 (GPT-NeoX)
+
+
+@dataclass(frozen=True)
+class DenseFormerOptions:
+    dilation: int = 1              # each depth-weighted average reads every dilation-th earlier output
+    period: int = 1                # an average after every period-th block only
+
+    def __post_init__(self):
+        for name in ("dilation", "period"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AttnResOptions:
+    block_layers: int = 0          # 0: full AttnRes (every sublayer output a source); n: Block AttnRes, groups of n layers
+
+    def __post_init__(self):
+        if isinstance(self.block_layers, bool) or not isinstance(self.block_layers, int) or self.block_layers < 0:
+            raise ValueError(f"block_layers must be a whole number >= 0, got {self.block_layers!r}")
+
+
+@dataclass(frozen=True)
+class SpeedrunOptions:
+    x0: bool = True                # x = a_l x + b_l x_0 before every block
+    unet: bool = True              # decoder layer l adds w_l x_(L+1-l), the mirrored encoder output
+    value_embeds: bool = True      # v + g E_l[token] on every other layer (the last included)
+    backout: bool = True           # the head reads x_L - lambda x_k
+    backout_layer: int = -1        # k, counted from 1 (0: the embedding); -1: L // 2
+
+    def __post_init__(self):
+        k = self.backout_layer
+        if isinstance(k, bool) or not isinstance(k, int) or k < -1:
+            raise ValueError(f"backout_layer must be -1 (L // 2) or a layer 0..L-1, got {k!r}")

@@ -1,0 +1,485 @@
+"""Zoo III (issue 17): each design against its formula, recomputed here from raw weight tensors.
+
+Same method as test_block_formulas.py: float64 models whose every parameter is randomised, a
+block's (or the whole model's) output against the formula written out with plain torch ops (the
+block's and its submodules' forwards are never used on the reference side), and for each a
+plausible wrong formula that gives something else, so the comparison can fail.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import reslab
+from reslab.errors import ConfigError
+from tests.test_block_formulas import (
+    TOL,
+    A,
+    M,
+    N,
+    Ref,
+    assert_differs,
+    make,
+    pre_ln,
+    ref_embed,
+    stream_input,
+    token_input,
+)
+
+FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "lime"}
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
+
+
+# ---------------------------------------------------------------------------------------------
+# parallel: x = x + A(N1(x)) + M(N2(x)); shared_norm: N2 = N1
+# ---------------------------------------------------------------------------------------------
+def parallel(r: Ref, blk, x, l: int, shared: bool = False):
+    n1 = N(r, blk.norm1, x)
+    n2 = n1 if shared else N(r, blk.norm2, x)
+    return x + r.c(l) * (A(r, blk.attn, n1, l) + M(r, blk.mlp, n2))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("layer", [1, 2])
+def test_parallel_block(shared, layer):
+    model = make("parallel", options={"shared_norm": shared})
+    blk, x = model.blocks[layer - 1], stream_input()
+    with torch.no_grad():
+        out = blk(x)
+        torch.testing.assert_close(out, parallel(Ref(), blk, x, layer, shared), **TOL)
+        # wrong formulas: the sequential pre-ln block over the same weights, and (two norms) one norm
+        parts = SimpleNamespace(norm1=blk.norm1, norm2=blk.norm2 or blk.norm1, attn=blk.attn, mlp=blk.mlp)
+        seq = pre_ln(Ref(), parts, x, layer)
+        assert_differs(out, seq)
+        if not shared:
+            assert_differs(out, parallel(Ref(), blk, x, layer, shared=True))
+    assert (blk.norm2 is None) == shared
+
+
+def test_parallel_shared_norm_has_one_norm_per_layer():
+    two, one = make("parallel"), make("parallel", options={"shared_norm": True})
+    per_norm = 2 * 16  # LayerNorm weight + bias at width 16
+    assert two.param_counts()["total"] - one.param_counts()["total"] == 2 * per_norm  # 2 layers
+
+
+def test_parallel_gain_and_prores_multiply_both_branches():
+    L, warm, t = 3, 10, 5
+    model = make("parallel", L=L, prores="linear", prores_warmup=warm, branch_gain=3.0, gain_mode="runtime")
+    model.set_step(t)
+    alphas = tuple(reslab.prores_alpha("linear", l, t, L, warm) for l in range(1, L + 1))
+    r = Ref(L=L, prores=alphas, gain=3.0)
+    x = stream_input()
+    for layer in range(1, L + 1):
+        blk = model.blocks[layer - 1]
+        with torch.no_grad():
+            out = blk(x)
+            torch.testing.assert_close(out, parallel(r, blk, x, layer), **TOL)
+            assert_differs(out, parallel(Ref(L=L), blk, x, layer))
+
+
+def test_parallel_whole_model():
+    model = make("parallel", L=2, norm="rmsnorm")
+    r = Ref(norm="rmsnorm")
+    idx = token_input()
+    with torch.no_grad():
+        h = ref_embed(model, idx)
+        for layer in (1, 2):
+            h = parallel(r, model.blocks[layer - 1], h, layer)
+        ref = N(r, model.stream.final_norm, h) @ model.lm_head.weight.T
+        torch.testing.assert_close(model(idx), ref, **TOL)
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"attn_res": False}, "model.attn_res"),
+    ({"ffn_res": False}, "model.ffn_res"),
+    ({"options": {"shared": True}}, "model.options.shared: unknown key; allowed keys are shared_norm"),
+    ({"options": {"shared_norm": "yes"}}, "model.options.shared_norm"),
+])
+def test_parallel_refusals(fields, needle):
+    with pytest.raises(ConfigError, match=needle):
+        reslab.build_model("parallel", n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11, **fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# DenseFormer: X_l = PreLN_l(Y_(l-1)); Y_l = sum_(j in J(l)) alpha_(l,j) X_j every period-th layer
+# ---------------------------------------------------------------------------------------------
+def denseformer_logits(model, idx, L: int, dilation: int, period: int, average: bool = True, r=None):
+    r = Ref(L=L) if r is None else r
+    X = [ref_embed(model, idx)]
+    Y = X[0]
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        X.append(pre_ln(r, blk, Y, l))
+        if average and l % period == 0:
+            J = [j for j in range(l + 1) if (l - j) % dilation == 0]      # written out, oldest first
+            Y = sum(w * X[j] for w, j in zip(blk.dwa_weights, J))
+        else:
+            Y = X[l]
+    return N(r, model.stream.final_norm, Y) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("dilation,period", [(1, 1), (2, 1), (1, 2), (2, 3)])
+def test_denseformer_whole_model(dilation, period):
+    L = 4
+    model = make("denseformer", L=L, options={"dilation": dilation, "period": period})
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, denseformer_logits(model, idx, L, dilation, period), **TOL)
+        assert_differs(logits, denseformer_logits(model, idx, L, dilation, period, average=False))
+        other = 2 if dilation == 1 else 1                                 # a wrong dilation
+        if all(len(b.dwa_weights) == len([j for j in range(b.layer + 1) if (b.layer - j) % other == 0])
+               for b in model.blocks if b.dwa_weights is not None):
+            assert_differs(logits, denseformer_logits(model, idx, L, other, period))
+    assert [b.dwa_weights is not None for b in model.blocks] == [l % period == 0 for l in range(1, L + 1)]
+
+
+def test_denseformer_prores_alpha_multiplies_its_blocks_branches():
+    L, warm, t = 3, 10, 5
+    model = make("denseformer", L=L, prores="linear", prores_warmup=warm)
+    model.set_step(t)
+    r = Ref(L=L, prores=tuple(reslab.prores_alpha("linear", l, t, L, warm) for l in range(1, L + 1)))
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, denseformer_logits(model, idx, L, 1, 1, r=r), **TOL)
+        assert_differs(logits, denseformer_logits(model, idx, L, 1, 1))
+
+
+def test_denseformer_starts_as_pre_ln_exactly():
+    """alpha_(l,l) = 1, others 0: the same seed gives pre-ln's logits bit for bit, and the same
+    parameters apart from the averages' weights."""
+    kw = dict(n_layer=4, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=3)
+    dense = reslab.build_model("denseformer", options={"dilation": 2}, **kw)
+    pre = reslab.build_model("pre-ln", **kw)
+    idx = token_input()
+    with torch.no_grad():
+        assert torch.equal(dense(idx), pre(idx))
+    extra = set(dict(dense.named_parameters())) - set(dict(pre.named_parameters()))
+    assert extra == {f"blocks.{i}.dwa_weights" for i in range(4)}
+    assert [b.dwa_weights.tolist() for b in dense.blocks] == [[1.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.0, 1.0]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention Residuals: h_k = sum_(i<k) softmax_i(w_k . RMSNorm(v_i)) v_i
+# ---------------------------------------------------------------------------------------------
+def depth_mix(values, q):
+    """The mix written out: keys RMS-normalised with the query module's own gain, softmax over the
+    sources (not over channels or tokens), values unnormalised."""
+    V = torch.stack(values)                                               # (n, B, T, C)
+    K = V / torch.sqrt((V ** 2).mean(-1, keepdim=True) + 1e-5) * q.key_norm.weight
+    w = torch.softmax((K * q.query).sum(-1), dim=0)                       # (n, B, T)
+    return (w[..., None] * V).sum(0)
+
+
+def plain_sum(values, q):
+    return sum(values)
+
+
+def attn_res_logits(model, idx, L: int, block_layers: int = 0, mix=depth_mix, gain: float = 1.0):
+    r = Ref(L=L)
+    sources, partial = [ref_embed(model, idx)], None
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        if block_layers == 0:
+            a = gain * A(r, blk.attn, N(r, blk.norm1, mix(sources, blk.attn_query)), l)
+            sources.append(a)
+            m = gain * M(r, blk.mlp, N(r, blk.norm2, mix(sources, blk.mlp_query)))
+            sources.append(m)
+        else:
+            h = mix(sources + ([partial] if partial is not None else []), blk.attn_query)
+            if (l - 1) % block_layers == 0 and partial is not None:       # a new group of layers
+                sources.append(partial)
+                partial = None
+            a = gain * A(r, blk.attn, N(r, blk.norm1, h), l)
+            partial = a if partial is None else partial + a
+            partial = partial + gain * M(r, blk.mlp, N(r, blk.norm2, mix(sources + [partial], blk.mlp_query)))
+    last = model.blocks[-1]
+    h = mix(sources + ([partial] if partial is not None else []), last.out_query)
+    return N(r, model.stream.final_norm, h) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("block_layers", [0, 1, 2])
+def test_attn_res_whole_model(block_layers):
+    L = 4
+    model = make("attn-res", L=L, options={"block_layers": block_layers})
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, attn_res_logits(model, idx, L, block_layers), **TOL)
+        # wrong formulas: the plain sum (pre-ln's stream), and the other variant on the same weights
+        assert_differs(logits, attn_res_logits(model, idx, L, block_layers, mix=plain_sum))
+        assert_differs(logits, attn_res_logits(model, idx, L, 2 if block_layers == 0 else 0))
+    assert [b.out_query is not None for b in model.blocks] == [False, False, False, True]
+
+
+def test_attn_res_runtime_gain_multiplies_every_output():
+    model = make("attn-res", L=2, branch_gain=3.0)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, attn_res_logits(model, idx, 2, gain=3.0), **TOL)
+        assert_differs(logits, attn_res_logits(model, idx, 2))
+
+
+@pytest.mark.parametrize("block_layers", [0, 2])
+def test_attn_res_starts_as_pre_ln_up_to_the_norms_eps(block_layers):
+    """w = 0: uniform weights, so each sublayer reads the mean of the sources where pre-ln reads
+    their sum; its pre-norm cannot tell (up to eps), nor can the final norm."""
+    kw = dict(n_layer=4, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=5, norm_eps=1e-24)
+    res = reslab.build_model("attn-res", options={"block_layers": block_layers}, **kw).double()
+    pre = reslab.build_model("pre-ln", **kw).double()
+    shared = {k: v for k, v in res.state_dict().items() if k in pre.state_dict()}
+    assert set(shared) == set(pre.state_dict())
+    for k, v in pre.state_dict().items():   # the same seed draws the same weights in the same order
+        assert torch.equal(shared[k], v), k
+    idx = token_input()
+    with torch.no_grad():
+        torch.testing.assert_close(res(idx), pre(idx), rtol=1e-8, atol=1e-8)
+        assert all(torch.equal(b.attn_query.query, torch.zeros(16, dtype=torch.float64)) for b in res.blocks)
+
+
+@pytest.mark.parametrize("design,fields,needle", [
+    ("denseformer", {"options": {"dilation": 0}}, "model.options: dilation must be a whole number >= 1, got 0"),
+    ("denseformer", {"options": {"period": 3}, "n_layer": 2}, "model.options.period: must be at most n_layer=2, got 3"),
+    ("denseformer", {"layer_designs": {"2": "post-ln"}}, "model.layer_designs"),
+    ("denseformer", {"value_residual": True}, "model.value_residual"),
+    ("attn-res", {"options": {"block_layers": -1}}, "model.options: block_layers must be a whole number >= 0"),
+    ("attn-res", {"options": {"block_layers": 5}, "n_layer": 4}, "model.options.block_layers: must be at most n_layer=4"),
+    ("attn-res", {"prores": "linear"}, "model.prores"),
+    ("attn-res", {"attn_res": False}, "model.attn_res"),
+    ("attn-res", {"skip_scale": "scalar"}, "model.skip_scale"),
+])
+def test_depth_mixing_refusals(design, fields, needle):
+    kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        reslab.build_model(design, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The speedruns' skips: x0 re-injection, U-net skips, value embeddings, backout
+# ---------------------------------------------------------------------------------------------
+def attention_with_extra_values(attn, x, extra):
+    """Causal attention from raw weights with extra values added: softmax(QK^T/sqrt(d)) (V + extra) W_P."""
+    Bx, Tx, Cx = x.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    v = v + extra
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
+    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
+    y = (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx)
+    return y @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+def speedrun_logits(model, idx, L, x0=True, unet=True, value_embeds=True, backout=True, k=None,
+                    mirror=lambda l, L: L + 1 - l, gate_scale=3.0):
+    r = Ref(L=L)
+    k = L // 2 if k is None else k
+    first = N(r, model.stream.embed_norm, ref_embed(model, idx))
+    x, outs = first, {0: first}
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        if x0:
+            x = blk.resid_lambda * x + blk.x0_lambda * first
+        m = mirror(l, L)
+        if unet and l > L // 2 and 1 <= m <= L // 2:
+            x = x + (1.0 if blk.unet_weight is None else blk.unet_weight) * outs[m]  # (None: a wrong pairing)
+        n1 = N(r, blk.norm1, x)
+        extra = torch.zeros_like(n1)
+        if value_embeds and (L - l) % 2 == 0:                     # every other layer, the last included
+            g = gate_scale * torch.sigmoid(n1[..., :12] @ blk.ve_gate.weight.T)          # (B, T, heads)
+            table = blk.value_embed.weight[idx]                                          # (B, T, C)
+            extra = (g.repeat_interleave(table.shape[-1] // g.shape[-1], dim=-1)) * table
+        x = x + attention_with_extra_values(blk.attn, n1, extra)
+        x = x + M(r, blk.mlp, N(r, blk.norm2, x))
+        outs[l] = x
+    y = x - model.stream.backout_lambda * outs[k] if backout else x
+    return N(r, model.stream.final_norm, y) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("L", [4, 5])
+def test_speedrun_whole_model(L):
+    model = make("speedrun", L=L)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, speedrun_logits(model, idx, L), **TOL)
+        # wrong formulas: each path left out, a U-net pairing l with l - L//2, a gate without its 3
+        for path in ("x0", "unet", "value_embeds", "backout"):
+            assert_differs(logits, speedrun_logits(model, idx, L, **{path: False}))
+        assert_differs(logits, speedrun_logits(model, idx, L, mirror=lambda l, L: l - L // 2))
+        assert_differs(logits, speedrun_logits(model, idx, L, gate_scale=1.0))
+    half = L // 2
+    assert [b.mirror for b in model.blocks] == [None] * (L - half) + list(range(half, 0, -1))
+    assert [b.value_embed is not None for b in model.blocks][-1] is True
+
+
+@pytest.mark.parametrize("path", ["x0", "unet", "value_embeds", "backout"])
+def test_speedrun_each_path_off(path):
+    L = 4
+    model = make("speedrun", L=L, options={path: False})
+    idx = token_input()
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), speedrun_logits(model, idx, L, **{path: False}), **TOL)
+
+
+def test_speedrun_backout_layer_and_the_embedding():
+    model = make("speedrun", L=4, options={"backout_layer": 0})          # x_k = x_0, the embedding
+    idx = token_input()
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), speedrun_logits(model, idx, 4, k=0), **TOL)
+        assert_differs(model(idx), speedrun_logits(model, idx, 4, k=2))
+    one = make("speedrun", L=1)                                           # L // 2 = 0: the embedding
+    with torch.no_grad():
+        torch.testing.assert_close(one(idx), speedrun_logits(one, idx, 1), **TOL)
+
+
+def test_speedrun_with_every_path_off_is_pre_ln_with_a_normalised_embedding():
+    kw = dict(n_layer=4, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=9)
+    off = {"x0": False, "unet": False, "value_embeds": False, "backout": False}
+    plain = reslab.build_model("speedrun", options=off, **kw)
+    pre = reslab.build_model("pre-ln", embed_norm=True, **kw)
+    idx = token_input()
+    with torch.no_grad():
+        assert torch.equal(plain(idx), pre(idx))
+    assert [n for n, _ in plain.named_parameters()] == [n for n, _ in pre.named_parameters()]
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"options": {"backout_layer": 4}, "n_layer": 4}, "model.options.backout_layer: the head subtracts"),
+    ({"options": {"backout_layer": -2}}, "model.options: backout_layer must be -1"),
+    ({"options": {"backout": False, "backout_layer": 1}}, "model.options.backout_layer: needs backout = true"),
+    ({"options": {"unet_skips": True}}, "model.options.unet_skips: unknown key"),
+    ({"value_residual": True}, "model.value_residual"),
+])
+def test_speedrun_refusals(fields, needle):
+    kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
+    with pytest.raises(ConfigError, match=needle):
+        reslab.build_model("speedrun", **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# MUDD: x_s = sum_j w[s, j] X_j, w = W2 GELU(W1 RMS(X_l)) + b, for s = q, k, v, r
+# ---------------------------------------------------------------------------------------------
+def attention_from_views(attn, xq, xk, xv):
+    """Causal attention with queries, keys and values from three inputs, from raw weights."""
+    Bx, Tx, Cx = xq.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (t @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i, t in enumerate((xq, xk, xv)))
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
+    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
+    return (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+def mudd_logits(model, idx, L, one_mix: bool = False):
+    r = Ref(L=L)
+    X = [ref_embed(model, idx)]
+    xq = xk = xv = xr = X[0]
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        if l == 1:
+            n = N(r, blk.norm1, xr)
+            a = attention_from_views(blk.attn, n, n, n)
+        else:
+            a = attention_from_views(blk.attn, N(r, blk.norm_q, xq), N(r, blk.norm_k, xk), N(r, blk.norm_v, xv))
+        h = xr + a
+        out = h + M(r, blk.mlp, N(r, blk.norm2, h))
+        X.append(out)
+        S = 1 if l == L else 4
+        z = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + 1e-5)
+        hid = z @ blk.dense_in.weight.T
+        hid = 0.5 * hid * (1 + torch.erf(hid / 2 ** 0.5))
+        w = (hid @ blk.dense_out.T).reshape(*out.shape[:-1], S, l + 1) + blk.dense_bias      # (B, T, S, l+1)
+        if one_mix:
+            w = w[..., -1:, :].expand_as(w)
+        mix = [sum(w[..., s, j, None] * X[j] for j in range(l + 1)) for s in range(S)]
+        if l == L:
+            return N(r, model.stream.final_norm, mix[0]) @ model.lm_head.weight.T
+        xq, xk, xv, xr = mix
+
+
+def test_mudd_whole_model():
+    L = 4
+    model = make("mudd", L=L)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, mudd_logits(model, idx, L), **TOL)
+        assert_differs(logits, mudd_logits(model, idx, L, one_mix=True))   # one mix for q, k, v and r
+    assert [b.n_streams for b in model.blocks] == [4, 4, 4, 1]
+    assert [tuple(b.dense_bias.shape) for b in model.blocks] == [(4, 2), (4, 3), (4, 4), (1, 5)]
+
+
+def test_mudd_starts_as_pre_ln():
+    """W2 = 0 and b = e_l: every mix is the newest output, so with pre-ln's weights copied in
+    (norm1 into the q / k / v norms) the logits are pre-ln's up to rounding."""
+    kw = dict(n_layer=4, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=0)
+    mudd = reslab.build_model("mudd", **kw).double()
+    pre = reslab.build_model("pre-ln", **kw).double()
+    state = mudd.state_dict()
+    for k, v in pre.state_dict().items():
+        if ".norm1." in k and not k.startswith("blocks.0."):
+            for s in "qkv":
+                state[k.replace(".norm1.", f".norm_{s}.")] = v
+        else:
+            state[k] = v
+    mudd.load_state_dict(state)
+    idx = token_input()
+    with torch.no_grad():
+        torch.testing.assert_close(mudd(idx), pre(idx), rtol=1e-12, atol=1e-12)
+        assert all(torch.count_nonzero(b.dense_out) == 0 for b in mudd.blocks)
+        assert all(torch.count_nonzero(b.dense_in.weight) > 0 for b in mudd.blocks)   # W1 is drawn: W2 can learn
+
+
+# ---------------------------------------------------------------------------------------------
+# LIMe (x-transformers' DynamicLIMe): u = sum_j softmax_j(W RMSNorm(x) + c) s_j; x = x + F(N(u))
+# ---------------------------------------------------------------------------------------------
+def state_mix(mix, x, states, uniform: bool = False):
+    z = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-5) * mix.norm.weight
+    logits = (z @ mix.to_weights.weight.T + mix.to_weights.bias).reshape(*x.shape[:-1], mix.views, len(states))
+    w = torch.softmax(torch.zeros_like(logits) if uniform else logits, dim=-1)
+    return [sum(w[..., v, j, None] * states[j] for j in range(len(states))) for v in range(mix.views)]
+
+
+def lime_logits(model, idx, L, uniform: bool = False):
+    r = Ref(L=L)
+    x = ref_embed(model, idx)
+    states = [x]
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        if l == 1:
+            n = N(r, blk.norm1, x)
+            a = attention_from_views(blk.attn, n, n, n)
+        else:
+            uq, uk, uv = state_mix(blk.attn_mix, x, states, uniform)
+            a = attention_from_views(blk.attn, N(r, blk.norm1, uq), N(r, blk.norm1, uk), N(r, blk.norm1, uv))
+        x = x + a
+        states.append(x)
+        (u,) = state_mix(blk.mlp_mix, x, states, uniform)
+        x = x + M(r, blk.mlp, N(r, blk.norm2, u))
+        states.append(x)
+    return N(r, model.stream.final_norm, x) @ model.lm_head.weight.T
+
+
+def test_lime_whole_model():
+    L = 3
+    model = make("lime", L=L)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, lime_logits(model, idx, L), **TOL)
+        assert_differs(logits, lime_logits(model, idx, L, uniform=True))      # the mix is learned, not a mean
+    assert model.blocks[0].attn_mix is None
+    assert [b.mlp_mix.n_states for b in model.blocks] == [2, 4, 6]
+    assert [b.attn_mix.n_states for b in model.blocks[1:]] == [3, 5]
