@@ -29,7 +29,7 @@ from tests.test_block_formulas import (
     token_input,
 )
 
-FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "lime"}
+FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "lime", "normformer"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
@@ -483,3 +483,148 @@ def test_lime_whole_model():
     assert model.blocks[0].attn_mix is None
     assert [b.mlp_mix.n_states for b in model.blocks] == [2, 4, 6]
     assert [b.attn_mix.n_states for b in model.blocks[1:]] == [3, 5]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options: QK-norm and the orthogonal residual update
+# ---------------------------------------------------------------------------------------------
+def attention_qk_norm(attn, x, qk_norm: bool = True):
+    Bx, Tx, Cx = x.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    if qk_norm:   # per head, over its d channels, with a gain per channel
+        q = q / torch.sqrt((q ** 2).mean(-1, keepdim=True) + 1e-5) * attn.q_norm.weight
+        k = k / torch.sqrt((k ** 2).mean(-1, keepdim=True) + 1e-5) * attn.k_norm.weight
+    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
+    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
+    return (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+@pytest.mark.parametrize("design", ["pre-ln", "parallel"])
+def test_qk_norm(design):
+    model = make(design, qk_norm=True)
+    blk, x = model.blocks[1], stream_input()
+    r = Ref()
+    with torch.no_grad():
+        out = blk(x)
+        if design == "pre-ln":
+            h = x + attention_qk_norm(blk.attn, N(r, blk.norm1, x))
+            ref = h + M(r, blk.mlp, N(r, blk.norm2, h))
+            wrong = pre_ln(r, blk, x, 2)
+        else:
+            ref = x + attention_qk_norm(blk.attn, N(r, blk.norm1, x)) + M(r, blk.mlp, N(r, blk.norm2, x))
+            wrong = parallel(r, blk, x, 2)
+        torch.testing.assert_close(out, ref, **TOL)
+        assert_differs(out, wrong)
+    assert tuple(blk.attn.q_norm.weight.shape) == (8,) and blk.attn.k_norm is not None
+
+
+def orthogonal(b, x):
+    """b minus its projection on x, token by token: b - (<b, x> / (<x, x> + 1e-6)) x."""
+    return b - (b * x).sum(-1, keepdim=True) / ((x * x).sum(-1, keepdim=True) + 1e-6) * x
+
+
+@pytest.mark.parametrize("design", ["pre-ln", "post-ln"])
+def test_orthogonal_residual_update(design):
+    model = make(design, residual_update="orthogonal")
+    blk, x = model.blocks[1], stream_input()
+    r = Ref()
+    with torch.no_grad():
+        out = blk(x)
+        if design == "pre-ln":
+            h = x + orthogonal(A(r, blk.attn, N(r, blk.norm1, x), 2), x)
+            ref = h + orthogonal(M(r, blk.mlp, N(r, blk.norm2, h)), h)
+            wrong = pre_ln(r, blk, x, 2)
+        else:
+            h = N(r, blk.norm1, x + orthogonal(A(r, blk.attn, x, 2), x))
+            ref = N(r, blk.norm2, h + orthogonal(M(r, blk.mlp, h), h))
+            from tests.test_block_formulas import post_ln
+            wrong = post_ln(r, blk, x, 2)
+        torch.testing.assert_close(out, ref, **TOL)
+        assert_differs(out, wrong)
+        # the update it adds is orthogonal to the stream it adds to
+        a = blk.attn_residual(x, A(r, blk.attn, N(r, blk.norm1, x), 2)) - x if design == "pre-ln" else None
+        if a is not None:
+            cos = (a * x).sum(-1).abs() / (a.norm(dim=-1) * x.norm(dim=-1))
+            assert cos.max() < 1e-6      # up to the eps in the projection's denominator
+
+
+def test_orthogonal_residual_projects_on_the_scaled_skip():
+    model = make("pre-ln", residual_update="orthogonal", skip_scale="channel")
+    res, x = model.blocks[0].attn_residual, stream_input()
+    b = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        sx = res.skip_weight * x
+        torch.testing.assert_close(res(x, b), sx + orthogonal(b, sx), **TOL)
+        assert_differs(res(x, b), sx + orthogonal(b, x))
+
+
+@pytest.mark.parametrize("design,fields,needle", [
+    ("ngpt", {"qk_norm": True}, "model.qk_norm: ngpt has its own attention"),
+    ("deepnorm", {"residual_update": "orthogonal"}, "model.residual_update: the orthogonal update acts"),
+    ("pre-ln", {"residual_update": "orthogonal", "attn_res": False, "ffn_res": False},
+     "model.residual_update: there is no skip to project on"),
+    ("pre-ln", {"residual_update": "orthogonal", "layer_designs": {"1": "deepnorm"}}, "model.layer_designs: layer 1 is deepnorm"),
+    ("pre-ln", {"residual_update": "sideways"}, "model.residual_update"),
+])
+def test_option_refusals(design, fields, needle):
+    kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
+    with pytest.raises(ConfigError, match=needle):
+        reslab.build_model(design, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# NormFormer: x = x + N_a(A_gamma(N1(x))); x = x + W2 N_f(act(W1 N2(x)))
+# ---------------------------------------------------------------------------------------------
+def attention_head_gains(attn, x, gains):
+    Bx, Tx, Cx = x.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
+    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
+    y = (P @ v) * gains.reshape(1, 2, 1, 1)                                    # head h times gamma_h
+    return y.transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+def normformer(r, blk, x, head_scale=True, attn_out_norm=True, ffn_mid_norm=True):
+    gains = blk.attn.head_gain if head_scale else torch.ones(2, dtype=x.dtype)
+    a = attention_head_gains(blk.attn, N(r, blk.norm1, x), gains)
+    h = x + (N(r, blk.attn_out_norm, a) if attn_out_norm else a)
+    u = N(r, blk.norm2, h) @ blk.mlp.c_fc.weight.T + blk.mlp.c_fc.bias
+    u = 0.5 * u * (1.0 + torch.erf(u / 2 ** 0.5))
+    if ffn_mid_norm:                                                           # over the hidden units
+        mu = u.mean(-1, keepdim=True)
+        u = (u - mu) / torch.sqrt(((u - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * blk.mlp.mid_norm.weight \
+            + blk.mlp.mid_norm.bias
+    return h + u @ blk.mlp.c_proj.weight.T + blk.mlp.c_proj.bias
+
+
+@pytest.mark.parametrize("off", [None, "head_scale", "attn_out_norm", "ffn_mid_norm"])
+def test_normformer_block(off):
+    opts = {} if off is None else {off: False}
+    model = make("normformer", options=opts)
+    blk, x = model.blocks[1], stream_input()
+    r = Ref()
+    kw = {} if off is None else {off: False}
+    with torch.no_grad():
+        out = blk(x)
+        torch.testing.assert_close(out, normformer(r, blk, x, **kw), **TOL)
+        assert_differs(out, pre_ln(r, blk, x, 2))                          # the extra operations act
+        if off is None:
+            for op in ("head_scale", "attn_out_norm", "ffn_mid_norm"):     # each of the three matters
+                assert_differs(out, normformer(r, blk, x, **{op: False}))
+
+
+def test_normformer_with_every_operation_off_is_pre_ln():
+    kw = dict(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=2)
+    off = {"head_scale": False, "attn_out_norm": False, "ffn_mid_norm": False}
+    plain, pre = reslab.build_model("normformer", options=off, **kw), reslab.build_model("pre-ln", **kw)
+    idx = token_input()
+    with torch.no_grad():
+        assert torch.equal(plain(idx), pre(idx))

@@ -55,6 +55,8 @@ OPTIONS: dict[str, dict] = {
     "bias=false": {"bias": False},
     "untied": {"tie_weights": False},
     "init=xavier": {"init": "xavier"},
+    "qk_norm": {"qk_norm": True},                                  # Zoo III (issue 17)
+    "residual_update=orthogonal": {"residual_update": "orthogonal"},
 }
 DESIGNS = reslab.designs()
 # Options that leave the function unchanged on purpose (what they change is tested elsewhere).

@@ -6,6 +6,8 @@ checks here are the ones that hold for every design (shapes, ranges).
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
@@ -78,6 +80,11 @@ class ModelConfig(Typed):
     hyper_dynamic: bool = False       # hyper-connections: weights also depend on the input (DHC)
     sinkhorn_iters: int = 20          # Sinkhorn-Knopp iterations for hyper_mixing = "sinkhorn"
     ngpt_alpha_init: float = 0.05     # nGPT: the eigen learning rates alpha_A, alpha_M at init
+    # ---- Zoo III (issue 17) -----------------------------------------------------------------------
+    qk_norm: bool = False             # RMSNorm (a gain per head channel) on every head's queries and keys
+    # At every residual point: "add" x + F; "orthogonal" x + F - (<F, x> / <x, x>) x, the branch's
+    # component along the stream removed (Oh et al. 2025, orthogonal residual update).
+    residual_update: Literal["add", "orthogonal"] = "add"
     # Per-layer design overrides: layers (counted from 1) -> design, e.g. {"1-3" = "post-ln", "12" = "sandwich-ln"}.
     layer_designs: dict[str, str] = field(default_factory=dict)
     # The design's own hyperparameters ([model.options]), checked against the options dataclass it
@@ -110,9 +117,27 @@ MAX_HYPER_STREAMS = 64       # hyper-connections use n = 2..8
 MAX_SINKHORN_ITERS = 10_000
 
 
-def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
-    """Errors that hold for every design: sizes, ranges, divisibility."""
+def _choice_errors(cfg: ModelConfig, prefix: str) -> list[str]:
+    """A Literal field set to a value it does not list (TOML is type-checked when read; a config
+    built in Python, e.g. build_model("pre-ln", gain_mode="x"), is checked here)."""
     errors = []
+    hints = typing.get_type_hints(ModelConfig)
+    for f in dataclasses.fields(ModelConfig):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        if typing.get_origin(tp) is typing.Union:   # Optional[Literal[...]]: None means the design's default
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if value is None or len(args) != 1:
+                continue
+            tp = args[0]
+        if typing.get_origin(tp) is Literal and value not in typing.get_args(tp):
+            errors.append(f"{prefix}.{f.name}: {value!r} is not one of "
+                          f"{', '.join(repr(a) for a in typing.get_args(tp))}")
+    return errors
+
+
+def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
+    """Errors that hold for every design: choices, sizes, ranges, divisibility."""
+    errors = _choice_errors(cfg, prefix)
     for name, most in MAX_SIZES.items():
         value = getattr(cfg, name)
         if value < 1:

@@ -24,7 +24,9 @@ def _comments(cls: type) -> dict[str, str]:
     for line in inspect.getsource(cls).splitlines()[1:]:
         stripped = line.strip()
         if stripped.startswith("#"):
-            pending.append(stripped.lstrip("# ").strip())
+            text = stripped.lstrip("# ").strip()
+            if not text.startswith("----"):  # a section rule ("# ---- Zoo II ----") belongs to no field
+                pending.append(text)
             continue
         match = _FIELD_LINE.match(line)
         if match and not stripped.startswith(("def ", "@", "return")):

@@ -70,6 +70,8 @@ OPTION_PROBES = [
     ("pos", {}, {"pos": "rope"}),
     ("bias", {}, {"bias": False}),
     ("layer_designs", {}, {"layer_designs": {"1": "post-ln"}}),   # "pre-ln" for post-ln itself
+    ("qk_norm", {}, {"qk_norm": True}),
+    ("residual_update", {}, {"residual_update": "orthogonal"}),
 ]
 # Fields whose documented effect is on the numeric range only: accepted, they must leave a float32
 # model's logits unchanged (resi-dual's s: N(s z) = N(z), with N's eps scaled by s^2).

@@ -20,6 +20,8 @@ in Transformers", ResFormer), per head, V_l of shape (B, H, T, d):
 
 Residual attention (He et al. 2020, "RealFormer: Transformer Likes Residual Attention"), per head:
     S_l = Q_l K_l^T / sqrt(d) + S_{l-1}       (S_0 = 0; S_l kept unmasked in carry.scores)
+QK-norm (qk_norm): Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per head channel), before RoPE.
+Head scale (NormFormer): each head's output A_h times a learned gamma_h before W_P.
     P_l = softmax(causal_mask(S_l))           (the mask is applied anew in every layer)
     A_l = P_l V_l                             (V_l' with the value residual)
     SDPA cannot return scores, so with residual attention the attention is computed explicitly
@@ -87,7 +89,8 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, n_embd: int, n_head: int, *, bias: bool = True, dropout: float = 0.0,
                  shaped: bool = False, value: str = "linear", rope_base: float | None = None,
                  value_residual: str = "off", value_residual_init: float = 0.5,
-                 residual_attention: bool = False):
+                 residual_attention: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
+                 head_scale: bool = False):
         super().__init__()
         assert value in ("linear", "identity", "identity+linear")
         assert value_residual in VALUE_RESIDUAL_ROLES
@@ -115,10 +118,19 @@ class CausalSelfAttention(nn.Module):
             # ResFormer's lambda1 (this layer's values) and lambda2 (layer 1's values): 0-dim scalars
             self.value_lambda1 = nn.Parameter(torch.empty(()))
             self.value_lambda2 = nn.Parameter(torch.empty(()))
+        if qk_norm:  # QK-norm: each head's queries and keys RMS-normalised, one gain per head channel
+            self.q_norm = nn.RMSNorm(n_embd // n_head, eps=norm_eps)
+            self.k_norm = nn.RMSNorm(n_embd // n_head, eps=norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        # NormFormer's head scale: each head's output times a learned gamma_h (1 at init), before W_P
+        self.head_gain = nn.Parameter(torch.empty(n_head, 1, 1)) if head_scale else None
         self.resid_dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        if self.head_gain is not None:
+            nn.init.ones_(self.head_gain)
         if self.shaped:
             for p in (self.shape_alpha, self.shape_beta, self.shape_gamma):
                 nn.init.ones_(p)
@@ -145,6 +157,8 @@ class CausalSelfAttention(nn.Module):
             q, k = self.c_qk(x).split(self.n_embd, dim=-1)
             v = x + self.c_v(x) if self.value == "identity+linear" else x
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        if self.q_norm is not None:  # before the rotation, as OLMo 2 and Gemma 3 do
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base is not None:
             q, k = rotate_rope(q, self.rope_base), rotate_rope(k, self.rope_base)
         return q, k, v
@@ -205,6 +219,8 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if self.shaped:
             y = self.shape_beta * y + self.shape_alpha * v - self.shape_gamma * causal_running_mean(v)
+        if self.head_gain is not None:
+            y = self.head_gain * y                                   # (H, 1, 1) over (B, H, T, d)
         y = y.transpose(1, 2).reshape(x.shape)
         return self.resid_dropout(self.c_proj(y))
 

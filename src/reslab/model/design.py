@@ -38,6 +38,7 @@ class Design:
     learned_scales: bool = False                  # skip_scale / branch_scale apply at its residual points
     attention_carry: bool = False                 # value_residual / residual_attention apply
     fsdp: bool = True                             # may be trained sharded (train.parallel = "fsdp")
+    qk_norm: bool = True                          # its attention is reslab's, so qk_norm reaches it
     own_fields: tuple = ()                        # ModelConfig fields that only designs declaring them take
     check: Callable | None = None                 # (resolved cfg, given cfg) -> error lines of its own rules
     options: type | None = None                   # dataclass of the design's own hyperparameters ([model.options])
@@ -62,6 +63,7 @@ class Design:
                 "stream": self.stream, "norms": list(self.norms), "prores": self.prores,
                 "partial_residual": self.partial_residual, "per_layer": self.per_layer,
                 "learned_scales": self.learned_scales, "attention_carry": self.attention_carry,
+                "qk_norm": self.qk_norm,
                 "own_fields": list(self.own_fields),
                 "options": {f.name: _default_text(f) for f in dataclasses.fields(self.options)}
                 if self.options else {},

@@ -1,4 +1,5 @@
-"""The feed-forward sublayer M(x) = W2 act(W1 x), or SwiGLU: W2 (silu(W_gate x) * W_up x)."""
+"""The feed-forward sublayer M(x) = W2 act(W1 x), or SwiGLU: W2 (silu(W_gate x) * W_up x).
+With mid_norm (NormFormer): M(x) = W2 N(act(W1 x)), a norm over the hidden units."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ ACTIVATIONS = {
 
 
 class MLP(nn.Module):
-    def __init__(self, n_embd: int, hidden: int, kind: str = "gelu", bias: bool = True, dropout: float = 0.0):
+    def __init__(self, n_embd: int, hidden: int, kind: str = "gelu", bias: bool = True, dropout: float = 0.0,
+                 mid_norm: nn.Module | None = None):
         super().__init__()
         self.kind = kind
+        self.mid_norm = mid_norm
         # c_fc is W1 (for SwiGLU: W_gate and W_up stacked); c_proj is W2, the branch's output weight.
         self.c_fc = nn.Linear(n_embd, 2 * hidden if kind == "swiglu" else hidden, bias=bias)
         self.c_proj = nn.Linear(hidden, n_embd, bias=bias)
@@ -29,4 +32,6 @@ class MLP(nn.Module):
             h = F.silu(gate) * up
         else:
             h = ACTIVATIONS[self.kind](h)
+        if self.mid_norm is not None:
+            h = self.mid_norm(h)
         return self.dropout(self.c_proj(h))

@@ -47,3 +47,10 @@ class SpeedrunOptions:
         k = self.backout_layer
         if isinstance(k, bool) or not isinstance(k, int) or k < -1:
             raise ValueError(f"backout_layer must be -1 (L // 2) or a layer 0..L-1, got {k!r}")
+
+
+@dataclass(frozen=True)
+class NormFormerOptions:
+    head_scale: bool = True        # each attention head's output times a learned gamma_h before W_P
+    attn_out_norm: bool = True     # a norm on the attention branch's output: x + N(A(N1(x)))
+    ffn_mid_norm: bool = True      # a norm after the MLP's activation: W2 N(act(W1 N2(x)))

@@ -46,8 +46,8 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
                     final_norm: bool = True, norms: tuple = NORMED, defaults: dict | None = None,
                     partial_residual: bool = True, prores: bool = False, attention_options: bool = False,
                     per_layer: bool = False, layer_base: bool = True, learned_scales: bool = False,
-                    attention_carry: bool = False, fsdp: bool = True, own_fields: tuple = (),
-                    check: Callable | None = None, options: type | None = None,
+                    attention_carry: bool = False, fsdp: bool = True, qk_norm: bool = True,
+                    own_fields: tuple = (), check: Callable | None = None, options: type | None = None,
                     plugin: str | None = None, plugin_version: str | None = None,
                     replace: bool = False) -> Design:
     """Add a block design to the zoo; every reslab path (CLI, sweeps, studies, load_model) can then use it.
@@ -61,7 +61,7 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
               (earlier layers' outputs kept for mixing: model/blocks/depth.py) or "speedrun"
               (x_0, U-net and backout kept beside the stream: model/blocks/speedrun.py)
     flags     final_norm, norms, partial_residual, prores, attention_options, per_layer, layer_base,
-              learned_scales, attention_carry, fsdp: what the design allows (see model/design.py)
+              learned_scales, attention_carry, fsdp, qk_norm: what the design allows (see model/design.py)
     defaults  values for ModelConfig fields left unset, e.g. {"norm": "rmsnorm"} (a value or cfg -> value)
     own_fields  ModelConfig fields that only designs declaring them take (refused for the others)
     check     (resolved cfg, given cfg) -> list of error lines for the design's own rules
@@ -98,7 +98,7 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
                     defaults=dict(defaults or {}), partial_residual=partial_residual, prores=prores,
                     attention_options=attention_options, per_layer=per_layer, layer_base=layer_base,
                     learned_scales=learned_scales, attention_carry=attention_carry, fsdp=fsdp,
-                    own_fields=tuple(own_fields), check=check, options=options, plugin=plugin,
+                    qk_norm=qk_norm, own_fields=tuple(own_fields), check=check, options=options, plugin=plugin,
                     plugin_version=plugin_version)
     DESIGNS[name] = design
     return design
@@ -248,8 +248,22 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
             if getattr(cfg, flag) and cfg.shaped_attention:
                 errors.append(f"model.{flag}: does not compose with shaped_attention "
                               f"(beta*softmax + alpha*I - gamma*C); set one of them to false")
+    if cfg.residual_update != "add" and not d.learned_scales:
+        errors.append(f"model.residual_update: the orthogonal update acts at reslab's residual points, which "
+                      f"{_names('learned_scales')} have; not {d.name}")
+    if cfg.residual_update != "add" and cfg.attn_res is False and cfg.ffn_res is False:
+        errors.append("model.residual_update: there is no skip to project on (attn_res = ffn_res = false)")
+    if cfg.qk_norm and not d.qk_norm:
+        errors.append(f"model.qk_norm: {d.name} has its own attention, which QK-norm does not reach; "
+                      f"it applies to the designs built on reslab's attention (not {', '.join(n for n, x in DESIGNS.items() if not x.qk_norm)})")
     if cfg.skip_scale != "none" and cfg.attn_res is False and cfg.ffn_res is False:
         errors.append("model.skip_scale: there is no skip to scale (attn_res = ffn_res = false)")
+    if cfg.residual_update != "add" and cfg.layer_designs:
+        for layer, name in sorted(parse_layer_designs(cfg)[0].items()):
+            if not DESIGNS[name].learned_scales:
+                errors.append(f"model.layer_designs: layer {layer} is {name}, which has no reslab residual points "
+                              f"for residual_update = 'orthogonal'; choose one of {_names('learned_scales')}")
+                break
     if (cfg.skip_scale != "none" or cfg.branch_scale not in (None, "none")) and cfg.layer_designs:
         for layer, name in sorted(parse_layer_designs(cfg)[0].items()):
             if not DESIGNS[name].learned_scales:

@@ -2,6 +2,8 @@
 
     out = s * x + a * (gain * alpha * branch)      (skip kept)
     out =         a * (gain * alpha * branch)      (skip removed: the partial-residual ablation)
+    out = s x + (b - proj(b)),  b = a * (gain * alpha * branch)    (residual_update = "orthogonal":
+          the update's component along the stream s x removed, proj(b) = (<b, s x> / (<s x, s x> + eps)) s x)
 
 What multiplies what:
     s      skip_weight, multiplies the SKIP x.            Learned (skip_scale = "scalar" | "channel"),
@@ -39,12 +41,18 @@ def _scale(kind: str, dim: int | None) -> nn.Parameter | None:
     return nn.Parameter(torch.empty(() if kind == "scalar" else (dim,)))
 
 
+def projection_onto(branch: torch.Tensor, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """proj_x(F) = (<F, x> / (<x, x> + eps)) x over the channels of each token (the part to remove)."""
+    return (branch * x).sum(-1, keepdim=True) / ((x * x).sum(-1, keepdim=True) + eps) * x
+
+
 class Residual(nn.Module):
     def __init__(self, skip: bool = True, gain: float = 1.0, prores: bool = False, *,
                  skip_scale: str = "none", branch_scale: str = "none", branch_scale_init: float = 1.0,
-                 dim: int | None = None):
+                 dim: int | None = None, orthogonal: bool = False):
         super().__init__()
         self.skip = skip
+        self.orthogonal = orthogonal
         self.gain = gain
         self.prores = prores
         self.branch_scale_init = float(branch_scale_init)
@@ -80,10 +88,14 @@ class Residual(nn.Module):
             return branch
         if self.skip_weight is not None:
             x = self.skip_weight * x
+        if self.orthogonal:  # the update's component along the (scaled) stream is removed, token by token
+            branch = branch - projection_onto(branch, x)
         return x + branch
 
     def extra_repr(self) -> str:
         text = f"skip={self.skip}, gain={self.gain}, prores={self.prores}"
+        if self.orthogonal:
+            text += ", orthogonal=True"
         if self.skip_weight is not None:
             text += f", skip_weight={tuple(self.skip_weight.shape)}"
         if self.branch_weight is not None:

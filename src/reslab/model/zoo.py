@@ -10,7 +10,7 @@ import math
 
 from ..config import ModelConfig
 from .design import ALL_NORMS
-from .options import AttnResOptions, DenseFormerOptions, ParallelOptions, SpeedrunOptions
+from .options import AttnResOptions, DenseFormerOptions, NormFormerOptions, ParallelOptions, SpeedrunOptions
 from .registry import register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -154,7 +154,7 @@ register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
                         "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
                 reference="Loshchilov et al. 2024 (nGPT)", stream="ngpt", final_norm=False, norms=("none",),
                 defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False,
-                fsdp=False, own_fields=("ngpt_alpha_init",), check=_ngpt_check)
+                fsdp=False, qk_norm=False, own_fields=("ngpt_alpha_init",), check=_ngpt_check)
 
 # ---- Zoo III (issue 17): the parallel block (blocks/parallel.py) ----
 register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
@@ -234,3 +234,10 @@ register_design("lime", _BLOCKS + "lime:LIMeBlock",
                         "(x-transformers' DynamicLIMe)",
                 reference="Gerasimov et al. 2025 (LIMe); x-transformers integrate_layers", stream="depth",
                 partial_residual=False, learned_scales=True)
+
+# ---- Zoo III (issue 17): NormFormer (blocks/normformer.py) ----
+register_design("normformer", _BLOCKS + "normformer:NormFormerBlock",
+                formula="x = x + N_a(A_gamma(N1(x))); x = x + W2 N_f(act(W1 N2(x))); A_gamma: head h's output "
+                        "times a learned gamma_h (1 at init); each extra op an option",
+                reference="Shleifer, Weston, Ott 2021 (NormFormer)", options=NormFormerOptions,
+                prores=True, per_layer=True, learned_scales=True, attention_carry=True)

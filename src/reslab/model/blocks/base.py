@@ -37,7 +37,7 @@ def output_projections(block: nn.Module) -> list[nn.Linear]:
             and isinstance(m.c_proj, nn.Linear)]
 
 
-def attention(cfg: ModelConfig, layer: int) -> CausalSelfAttention:
+def attention(cfg: ModelConfig, layer: int, head_scale: bool = False) -> CausalSelfAttention:
     if cfg.vp_identity:
         value = "identity+linear" if layer == 1 else "identity"
     else:
@@ -48,11 +48,14 @@ def attention(cfg: ModelConfig, layer: int) -> CausalSelfAttention:
         cfg.n_embd, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout, shaped=bool(cfg.shaped_attention),
         value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None,
         value_residual=value_residual, value_residual_init=cfg.value_residual_init,
-        residual_attention=cfg.residual_attention)
+        residual_attention=cfg.residual_attention, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
+        head_scale=head_scale)
 
 
-def mlp(cfg: ModelConfig) -> MLP:
-    return MLP(cfg.n_embd, cfg.mlp_hidden, cfg.mlp, bias=cfg.bias, dropout=cfg.dropout)
+def mlp(cfg: ModelConfig, mid_norm: bool = False) -> MLP:
+    """M(x) = W2 act(W1 x); mid_norm: W2 N(act(W1 x)), a norm of the model's kind over the hidden units."""
+    mid = make_norm(cfg.norm, cfg.mlp_hidden, bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha) if mid_norm else None
+    return MLP(cfg.n_embd, cfg.mlp_hidden, cfg.mlp, bias=cfg.bias, dropout=cfg.dropout, mid_norm=mid)
 
 
 def norm(cfg: ModelConfig, kind: str | None = None) -> nn.Module:
@@ -67,4 +70,5 @@ def residual(cfg: ModelConfig, skip: bool = True, *, branch_scale: str | None = 
     if branch_scale is None:  # the model's setting (resolved: never None)
         branch_scale, branch_scale_init = cfg.branch_scale, cfg.branch_scale_init
     return Residual(skip=skip, gain=gain, prores=cfg.prores != "none", skip_scale=cfg.skip_scale,
-                    branch_scale=branch_scale, branch_scale_init=branch_scale_init, dim=cfg.n_embd)
+                    branch_scale=branch_scale, branch_scale_init=branch_scale_init, dim=cfg.n_embd,
+                    orthogonal=cfg.residual_update == "orthogonal")
