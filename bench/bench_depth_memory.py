@@ -13,6 +13,8 @@ designs that mix across depth, each as a ratio to pre-ln measured in the same ru
     python bench/bench_depth_memory.py                          width 128, depths 4 8 16 32, CPU
     python bench/bench_depth_memory.py --quick                  one short round (the test suite runs it)
     python bench/bench_depth_memory.py --markdown --json out.json
+    python bench/bench_depth_memory.py --memory-only --markdown  the saved bytes only (no timing: the
+                                                                 same on any machine, and fast)
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ ROWS = {  # label -> (design, config overrides)
     "denseformer (dilation 4)": ("denseformer", {"options": {"dilation": 4}}),
     "attn-res (full)": ("attn-res", {}),
     "attn-res (block of 4 layers)": ("attn-res", {"options": {"block_layers": 4}}),
+    "mudd": ("mudd", {}),
+    "lime": ("lime", {}),
     "speedrun": ("speedrun", {}),
 }
 
@@ -56,7 +60,7 @@ def saved_bytes(model, idx) -> int:
     return sum(seen.values())
 
 
-def measure(depths, width, batch, context, steps, rounds, device, labels):
+def measure(depths, width, batch, context, steps, rounds, device, labels, timed=True):
     torch.manual_seed(0)
     idx = torch.randint(0, 65, (batch, context), generator=torch.Generator().manual_seed(1)).to(device)
     results = []
@@ -69,7 +73,7 @@ def measure(depths, width, batch, context, steps, rounds, device, labels):
                                                **over).to(device).train()
         row = {label: {"saved_mib": saved_bytes(m, idx) / 2 ** 20} for label, m in models.items()}
         times = {label: [] for label in labels}
-        for r in range(rounds):
+        for r in range(rounds if timed else 0):
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             for label in order:
                 m = models[label]
@@ -88,11 +92,12 @@ def measure(depths, width, batch, context, steps, rounds, device, labels):
                     m.zero_grad(set_to_none=True)
                 if device.startswith("cuda"):
                     row[label]["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
-        for label in labels:
-            row[label]["ms"] = 1e3 * statistics.median(times[label])
         base = row["pre-ln"]
         for label in labels:
             row[label]["saved_ratio"] = row[label]["saved_mib"] / base["saved_mib"]
+            if timed:
+                row[label]["ms"] = 1e3 * statistics.median(times[label])
+        for label in labels if timed else ():
             row[label]["time_ratio"] = row[label]["ms"] / base["ms"]
         results.append({"depth": depth, "rows": row})
     return results
@@ -100,13 +105,15 @@ def measure(depths, width, batch, context, steps, rounds, device, labels):
 
 def markdown(results, labels) -> str:
     depths = [r["depth"] for r in results]
-    head = "| design | " + " | ".join(f"L={d}: saved MiB (x pre-ln), ms (x)" for d in depths) + " |"
-    lines = [head, "|---|" + "---|" * len(depths)]
+    timed = "ms" in results[0]["rows"]["pre-ln"]
+    what = "saved MiB (x pre-ln), ms (x)" if timed else "saved MiB (x pre-ln)"
+    lines = ["| design | " + " | ".join(f"L={d}: {what}" for d in depths) + " |", "|---|" + "---:|" * len(depths)]
     for label in labels:
         cells = []
         for r in results:
             v = r["rows"][label]
-            cells.append(f"{v['saved_mib']:.1f} ({v['saved_ratio']:.2f}x), {v['ms']:.1f} ({v['time_ratio']:.2f}x)")
+            cell = f"{v['saved_mib']:.1f} ({v['saved_ratio']:.2f}x)"
+            cells.append(cell + (f", {v['ms']:.1f} ({v['time_ratio']:.2f}x)" if timed else ""))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -122,6 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--designs", help="comma-separated row labels (default: all); pre-ln is always in")
     ap.add_argument("--quick", action="store_true", help="depths 4,8, width 32, one round of 1 step")
+    ap.add_argument("--memory-only", action="store_true", help="count the saved bytes, time nothing")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
@@ -137,7 +145,8 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"bench_depth_memory: --depths: whole numbers separated by commas, got {a.depths!r}", file=sys.stderr)
         return 2
-    results = measure(depths, a.width, a.batch, a.context, a.steps, a.rounds, a.device, labels)
+    results = measure(depths, a.width, a.batch, a.context, a.steps, a.rounds, a.device, labels,
+                      timed=not a.memory_only)
     meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "device": a.device,
             "width": a.width, "batch": a.batch, "context": a.context, "threads": torch.get_num_threads()}
     if a.json:
@@ -148,8 +157,8 @@ def main(argv=None) -> int:
     else:
         for r in results:
             for label, v in r["rows"].items():
-                print(f"L={r['depth']:<3} {label:<30} saved {v['saved_mib']:8.2f} MiB ({v['saved_ratio']:.2f}x)  "
-                      f"{v['ms']:8.2f} ms ({v['time_ratio']:.2f}x)")
+                timing = f"  {v['ms']:8.2f} ms ({v['time_ratio']:.2f}x)" if "ms" in v else ""
+                print(f"L={r['depth']:<3} {label:<30} saved {v['saved_mib']:8.2f} MiB ({v['saved_ratio']:.2f}x){timing}")
     return 0
 
 

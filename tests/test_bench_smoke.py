@@ -81,16 +81,19 @@ def test_bench_designs_quick():
 
 def test_bench_depth_memory_quick(tmp_path):
     """The activation memory is counted, not timed: every design's saved bytes grow with depth,
-    and the designs that keep earlier outputs (full AttnRes) save more than pre-ln."""
+    the designs that keep earlier outputs save more than pre-ln, and no more than in proportion to
+    depth (a mix that stacked every source at every layer would grow as L^2: AttnRes did, 6.5x
+    pre-ln at 16 layers, before its mixes went source by source)."""
     out = tmp_path / "depth.json"
     _run("bench_depth_memory.py", "--quick", "--json", str(out))
     results = json.loads(out.read_text())["results"]
     assert [r["depth"] for r in results] == [4, 8]
     for label in ("pre-ln", "attn-res (full)", "denseformer", "speedrun", "parallel"):
         assert results[1]["rows"][label]["saved_mib"] > results[0]["rows"][label]["saved_mib"]
-    deep = results[1]["rows"]
-    assert deep["pre-ln"]["saved_ratio"] == 1.0 and deep["attn-res (full)"]["saved_ratio"] > 1.5
-    assert deep["attn-res (block of 4 layers)"]["saved_ratio"] < deep["attn-res (full)"]["saved_ratio"]
+    shallow, deep = results[0]["rows"], results[1]["rows"]
+    assert deep["pre-ln"]["saved_ratio"] == 1.0
+    for label in ("attn-res (full)", "attn-res (block of 4 layers)", "denseformer", "hyper-connections (n=4)"):
+        assert 1.0 < deep[label]["saved_ratio"] < 1.1 * shallow[label]["saved_ratio"], label
     bad = subprocess.run([sys.executable, str(BENCH / "bench_depth_memory.py"), "--designs", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown row 'nope'" in bad.stderr

@@ -35,6 +35,43 @@ FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "li
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
+def ref_attention(attn, xq, xk=None, xv=None, *, extra=None, qk_norm=False, head_gains=None):
+    """Causal attention from raw weights (2 heads), with what Zoo III adds to it: queries, keys and
+    values from three inputs (MUDD, LIMe), extra values (value embeddings), QK-norm (RMSNorm per
+    head, gain per channel) and a gain per head's output (NormFormer)."""
+    xk = xq if xk is None else xk
+    xv = xq if xv is None else xv
+    Bx, Tx, Cx = xq.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (t @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i, t in enumerate((xq, xk, xv)))
+    if extra is not None:
+        v = v + extra
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    if qk_norm:
+        q = q / torch.sqrt((q ** 2).mean(-1, keepdim=True) + 1e-5) * attn.q_norm.weight
+        k = k / torch.sqrt((k ** 2).mean(-1, keepdim=True) + 1e-5) * attn.k_norm.weight
+    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
+    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
+    y = P @ v
+    if head_gains is not None:
+        y = y * head_gains.reshape(1, 2, 1, 1)
+    return y.transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
+
+
+def check_whole_model(design, L, ref, wrongs=(), **fields):
+    """The model's logits equal ref(model, idx) to float64 rounding, and differ from each wrong(model, idx)."""
+    model = make(design, L=L, **fields)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, ref(model, idx), **TOL)
+        for wrong in wrongs:
+            assert_differs(logits, wrong(model, idx))
+    return model
+
+
 # ---------------------------------------------------------------------------------------------
 # parallel: x = x + A(N1(x)) + M(N2(x)); shared_norm: N2 = N1
 # ---------------------------------------------------------------------------------------------
@@ -172,7 +209,7 @@ def depth_mix(values, q):
     """The mix written out: keys RMS-normalised with the query module's own gain, softmax over the
     sources (not over channels or tokens), values unnormalised."""
     V = torch.stack(values)                                               # (n, B, T, C)
-    K = V / torch.sqrt((V ** 2).mean(-1, keepdim=True) + 1e-5) * q.key_norm.weight
+    K = V / torch.sqrt((V ** 2).mean(-1, keepdim=True) + 1e-5) * q.key_gain
     w = torch.softmax((K * q.query).sum(-1), dim=0)                       # (n, B, T)
     return (w[..., None] * V).sum(0)
 
@@ -264,21 +301,6 @@ def test_depth_mixing_refusals(design, fields, needle):
 # ---------------------------------------------------------------------------------------------
 # The speedruns' skips: x0 re-injection, U-net skips, value embeddings, backout
 # ---------------------------------------------------------------------------------------------
-def attention_with_extra_values(attn, x, extra):
-    """Causal attention from raw weights with extra values added: softmax(QK^T/sqrt(d)) (V + extra) W_P."""
-    Bx, Tx, Cx = x.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
-    v = v + extra
-    d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
-    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
-    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
-    y = (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx)
-    return y @ attn.c_proj.weight.T + attn.c_proj.bias
-
-
 def speedrun_logits(model, idx, L, x0=True, unet=True, value_embeds=True, backout=True, k=None,
                     mirror=lambda l, L: L + 1 - l, gate_scale=3.0):
     r = Ref(L=L)
@@ -298,7 +320,7 @@ def speedrun_logits(model, idx, L, x0=True, unet=True, value_embeds=True, backou
             g = gate_scale * torch.sigmoid(n1[..., :12] @ blk.ve_gate.weight.T)          # (B, T, heads)
             table = blk.value_embed.weight[idx]                                          # (B, T, C)
             extra = (g.repeat_interleave(table.shape[-1] // g.shape[-1], dim=-1)) * table
-        x = x + attention_with_extra_values(blk.attn, n1, extra)
+        x = x + ref_attention(blk.attn, n1, extra=extra)
         x = x + M(r, blk.mlp, N(r, blk.norm2, x))
         outs[l] = x
     y = x - model.stream.backout_lambda * outs[k] if backout else x
@@ -369,30 +391,16 @@ def test_speedrun_refusals(fields, needle):
 # ---------------------------------------------------------------------------------------------
 # MUDD: x_s = sum_j w[s, j] X_j, w = W2 GELU(W1 RMS(X_l)) + b, for s = q, k, v, r
 # ---------------------------------------------------------------------------------------------
-def attention_from_views(attn, xq, xk, xv):
-    """Causal attention with queries, keys and values from three inputs, from raw weights."""
-    Bx, Tx, Cx = xq.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (t @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i, t in enumerate((xq, xk, xv)))
-    d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
-    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
-    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
-    return (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
-
-
 def mudd_logits(model, idx, L, one_mix: bool = False):
     r = Ref(L=L)
     X = [ref_embed(model, idx)]
     xq = xk = xv = xr = X[0]
     for l in range(1, L + 1):
         blk = model.blocks[l - 1]
-        if l == 1:
-            n = N(r, blk.norm1, xr)
-            a = attention_from_views(blk.attn, n, n, n)
+        if l == 1:                                                     # one input, one norm
+            a = ref_attention(blk.attn, N(r, blk.norm1, xr))
         else:
-            a = attention_from_views(blk.attn, N(r, blk.norm_q, xq), N(r, blk.norm_k, xk), N(r, blk.norm_v, xv))
+            a = ref_attention(blk.attn, N(r, blk.norm_q, xq), N(r, blk.norm_k, xk), N(r, blk.norm_v, xv))
         h = xr + a
         out = h + M(r, blk.mlp, N(r, blk.norm2, h))
         X.append(out)
@@ -411,12 +419,8 @@ def mudd_logits(model, idx, L, one_mix: bool = False):
 
 def test_mudd_whole_model():
     L = 4
-    model = make("mudd", L=L)
-    idx = token_input()
-    with torch.no_grad():
-        logits = model(idx)
-        torch.testing.assert_close(logits, mudd_logits(model, idx, L), **TOL)
-        assert_differs(logits, mudd_logits(model, idx, L, one_mix=True))   # one mix for q, k, v and r
+    model = check_whole_model("mudd", L, lambda m, i: mudd_logits(m, i, L),
+                              [lambda m, i: mudd_logits(m, i, L, one_mix=True)])   # one mix for q, k, v, r
     assert [b.n_streams for b in model.blocks] == [4, 4, 4, 1]
     assert [tuple(b.dense_bias.shape) for b in model.blocks] == [(4, 2), (4, 3), (4, 4), (1, 5)]
 
@@ -458,12 +462,11 @@ def lime_logits(model, idx, L, uniform: bool = False):
     states = [x]
     for l in range(1, L + 1):
         blk = model.blocks[l - 1]
-        if l == 1:
-            n = N(r, blk.norm1, x)
-            a = attention_from_views(blk.attn, n, n, n)
+        if l == 1:                                                     # one state: x itself
+            a = ref_attention(blk.attn, N(r, blk.norm1, x))
         else:
             uq, uk, uv = state_mix(blk.attn_mix, x, states, uniform)
-            a = attention_from_views(blk.attn, N(r, blk.norm1, uq), N(r, blk.norm1, uk), N(r, blk.norm1, uv))
+            a = ref_attention(blk.attn, N(r, blk.norm1, uq), N(r, blk.norm1, uk), N(r, blk.norm1, uv))
         x = x + a
         states.append(x)
         (u,) = state_mix(blk.mlp_mix, x, states, uniform)
@@ -474,12 +477,8 @@ def lime_logits(model, idx, L, uniform: bool = False):
 
 def test_lime_whole_model():
     L = 3
-    model = make("lime", L=L)
-    idx = token_input()
-    with torch.no_grad():
-        logits = model(idx)
-        torch.testing.assert_close(logits, lime_logits(model, idx, L), **TOL)
-        assert_differs(logits, lime_logits(model, idx, L, uniform=True))      # the mix is learned, not a mean
+    model = check_whole_model("lime", L, lambda m, i: lime_logits(m, i, L),
+                              [lambda m, i: lime_logits(m, i, L, uniform=True)])   # learned, not a mean
     assert model.blocks[0].attn_mix is None
     assert [b.mlp_mix.n_states for b in model.blocks] == [2, 4, 6]
     assert [b.attn_mix.n_states for b in model.blocks[1:]] == [3, 5]
@@ -488,21 +487,6 @@ def test_lime_whole_model():
 # ---------------------------------------------------------------------------------------------
 # Options: QK-norm and the orthogonal residual update
 # ---------------------------------------------------------------------------------------------
-def attention_qk_norm(attn, x, qk_norm: bool = True):
-    Bx, Tx, Cx = x.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
-    d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
-    if qk_norm:   # per head, over its d channels, with a gain per channel
-        q = q / torch.sqrt((q ** 2).mean(-1, keepdim=True) + 1e-5) * attn.q_norm.weight
-        k = k / torch.sqrt((k ** 2).mean(-1, keepdim=True) + 1e-5) * attn.k_norm.weight
-    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
-    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
-    return (P @ v).transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
-
-
 @pytest.mark.parametrize("design", ["pre-ln", "parallel"])
 def test_qk_norm(design):
     model = make(design, qk_norm=True)
@@ -511,11 +495,11 @@ def test_qk_norm(design):
     with torch.no_grad():
         out = blk(x)
         if design == "pre-ln":
-            h = x + attention_qk_norm(blk.attn, N(r, blk.norm1, x))
+            h = x + ref_attention(blk.attn, N(r, blk.norm1, x), qk_norm=True)
             ref = h + M(r, blk.mlp, N(r, blk.norm2, h))
             wrong = pre_ln(r, blk, x, 2)
         else:
-            ref = x + attention_qk_norm(blk.attn, N(r, blk.norm1, x)) + M(r, blk.mlp, N(r, blk.norm2, x))
+            ref = x + ref_attention(blk.attn, N(r, blk.norm1, x), qk_norm=True) + M(r, blk.mlp, N(r, blk.norm2, x))
             wrong = parallel(r, blk, x, 2)
         torch.testing.assert_close(out, ref, **TOL)
         assert_differs(out, wrong)
@@ -579,22 +563,9 @@ def test_option_refusals(design, fields, needle):
 # ---------------------------------------------------------------------------------------------
 # NormFormer: x = x + N_a(A_gamma(N1(x))); x = x + W2 N_f(act(W1 N2(x)))
 # ---------------------------------------------------------------------------------------------
-def attention_head_gains(attn, x, gains):
-    Bx, Tx, Cx = x.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
-    d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
-    future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
-    P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
-    y = (P @ v) * gains.reshape(1, 2, 1, 1)                                    # head h times gamma_h
-    return y.transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
-
-
 def normformer(r, blk, x, head_scale=True, attn_out_norm=True, ffn_mid_norm=True):
     gains = blk.attn.head_gain if head_scale else torch.ones(2, dtype=x.dtype)
-    a = attention_head_gains(blk.attn, N(r, blk.norm1, x), gains)
+    a = ref_attention(blk.attn, N(r, blk.norm1, x), head_gains=gains)
     h = x + (N(r, blk.attn_out_norm, a) if attn_out_norm else a)
     u = N(r, blk.norm2, h) @ blk.mlp.c_fc.weight.T + blk.mlp.c_fc.bias
     u = 0.5 * u * (1.0 + torch.erf(u / 2 ** 0.5))
@@ -628,3 +599,42 @@ def test_normformer_with_every_operation_off_is_pre_ln():
     idx = token_input()
     with torch.no_grad():
         assert torch.equal(plain(idx), pre(idx))
+
+
+def test_probe_sees_denseformer_as_pre_ln_and_attn_res_diluted():
+    """The init-time probe on the depth stream: DenseFormer's averages start as the identity (so
+    every measure equals pre-ln's), and AttnRes's head reads the mean of 2L + 1 sources, so the
+    last W2 gradient shrinks with depth where pre-ln's does not."""
+    from reslab.probe.measure import probe_model, random_batch
+
+    idx, tgt = random_batch(65, 2, 16, seed=0)
+    def probe(design, L):
+        return probe_model(reslab.build_model(design, n_layer=L, n_embd=32, n_head=2, block_size=16,
+                                              vocab_size=65, dropout=0.0, seed=1), idx, tgt)
+    for L in (2, 6):
+        pre, dense = probe("pre-ln", L), probe("denseformer", L)
+        assert pre["act_norm"] == dense["act_norm"] and pre["last_w2_grad_norm"] == dense["last_w2_grad_norm"]
+        # a block's gradient norm also counts DenseFormer's own averaging weights
+        assert dense["grad_norm"] == pytest.approx(pre["grad_norm"], rel=1e-3) and dense["grad_norm"] != pre["grad_norm"]
+    ratio = lambda d: probe(d, 12)["last_w2_grad_norm"] / probe(d, 3)["last_w2_grad_norm"]
+    assert ratio("attn-res") < 0.5 < ratio("pre-ln")
+
+
+def test_variants_json_lists_zoo3(capsys):
+    """`reslab variants --json`: every Zoo III design with its own options and defaults, and which
+    designs take qk_norm and the orthogonal residual update."""
+    import json
+
+    from reslab.cli import main
+
+    assert main(["variants", "--json"]) == 0
+    listed = {d["name"]: d for d in json.loads(capsys.readouterr().out)}
+    assert listed["parallel"]["options"] == {"shared_norm": False}
+    assert listed["denseformer"]["options"] == {"dilation": 1, "period": 1}
+    assert listed["attn-res"]["options"] == {"block_layers": 0}
+    assert listed["speedrun"]["options"] == {"x0": True, "unet": True, "value_embeds": True, "backout": True,
+                                             "backout_layer": -1}
+    assert listed["normformer"]["options"] == {"head_scale": True, "attn_out_norm": True, "ffn_mid_norm": True}
+    assert {"mudd", "lime"} <= set(listed) and listed["mudd"]["stream"] == listed["lime"]["stream"] == "depth"
+    assert listed["ngpt"]["qk_norm"] is False and listed["pre-ln"]["qk_norm"] is True
+    assert listed["pre-ln"]["residual_update"] == ["add", "orthogonal"] and listed["attn-res"]["residual_update"] == ["add"]

@@ -64,6 +64,7 @@ class Design:
                 "partial_residual": self.partial_residual, "per_layer": self.per_layer,
                 "learned_scales": self.learned_scales, "attention_carry": self.attention_carry,
                 "qk_norm": self.qk_norm,
+                "residual_update": ["add", "orthogonal"] if self.learned_scales else ["add"],
                 "own_fields": list(self.own_fields),
                 "options": {f.name: _default_text(f) for f in dataclasses.fields(self.options)}
                 if self.options else {},

@@ -38,26 +38,27 @@ import torch
 from torch import nn
 
 from ...config import ModelConfig
-from ..norms import make_norm
 from ..registry import design_options
 from . import base
-from .depth import DepthState, depth_softmax_mix
+from .depth import DepthState, depth_softmax_mix, unit_rms
 
 
 class DepthQuery(nn.Module):
-    """One learned pseudo-query w (C,) and the RMSNorm of the keys it scores; w = 0 at init."""
+    """One learned pseudo-query w (C,), 0 at init, and the gain g (C,) of the RMSNorm of the keys
+    it scores: w . (g * v / RMS(v)) = (w * g) . (v / RMS(v)), so the unit-RMS sources are shared."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.query = nn.Parameter(torch.empty(cfg.n_embd))
-        self.key_norm = make_norm("rmsnorm", cfg.n_embd, bias=False, eps=cfg.norm_eps)
+        self.key_gain = nn.Parameter(torch.empty(cfg.n_embd))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.zeros_(self.query)
+        nn.init.ones_(self.key_gain)
 
-    def forward(self, values: list) -> torch.Tensor:
-        return depth_softmax_mix(values, self.query, self.key_norm)
+    def forward(self, values: list, units: list) -> torch.Tensor:
+        return depth_softmax_mix(values, units, self.query * self.key_gain)
 
 
 class AttnResBlock(base.Block):
@@ -66,6 +67,7 @@ class AttnResBlock(base.Block):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
         self.block_layers = design_options(cfg).block_layers
+        self.eps = cfg.norm_eps
         self.gain = cfg.branch_gain if cfg.gain_mode == "runtime" else 1.0   # multiplies each output v_k
         self.norm1, self.attn, self.attn_query = base.norm(cfg), base.attention(cfg, layer), DepthQuery(cfg)
         self.norm2, self.mlp, self.mlp_query = base.norm(cfg), base.mlp(cfg), DepthQuery(cfg)
@@ -75,28 +77,37 @@ class AttnResBlock(base.Block):
         """v_k = g F_k(.): the runtime branch gain multiplies every sublayer output."""
         return out if self.gain == 1.0 else self.gain * out
 
+    def unit(self, v: torch.Tensor) -> torch.Tensor:
+        return unit_rms(v, self.eps)
+
     def forward(self, state: DepthState) -> DepthState:
         if self.block_layers:
             return self._block_forward(state)
         sources = state.sources
-        a = self.branch(self.attn(self.norm1(self.attn_query(list(sources)))))
-        sources = sources + (a,)
-        h = self.mlp_query(list(sources))
-        sources = sources + (self.branch(self.mlp(self.norm2(h))),)
+        units = state.units or (self.unit(sources[0]),)                  # layer 1: the embedding's
+        a = self.branch(self.attn(self.norm1(self.attn_query(list(sources), list(units)))))
+        sources, units = sources + (a,), units + (self.unit(a),)
+        h = self.mlp_query(list(sources), list(units))
+        m = self.branch(self.mlp(self.norm2(h)))
+        sources, units = sources + (m,), units + (self.unit(m),)
         if self.out_query is not None:
-            h = self.out_query(list(sources))
-        return DepthState(x=h, sources=sources)
+            h = self.out_query(list(sources), list(units))
+        return DepthState(x=h, sources=sources, units=units)
 
     def _block_forward(self, state: DepthState) -> DepthState:
-        # enter gives sources = (emb,) and no partial sum; the first group then starts at layer 1
+        # enter gives sources = (emb,) and no partial sum; the first group then starts at layer 1.
+        # units: the finished sources' unit-RMS forms; the partial sum's is recomputed when it changes
         sources, partial = state.sources, state.partial
-        h = self.attn_query(list(sources) + ([partial] if partial is not None else []))
+        units = state.units or (self.unit(sources[0]),)
+        read = lambda: (list(sources) + ([partial] if partial is not None else []),
+                        list(units) + ([self.unit(partial)] if partial is not None else []))
+        h = self.attn_query(*read())
         if (self.layer - 1) % self.block_layers == 0 and partial is not None:
-            sources, partial = sources + (partial,), None                 # the group is finished
+            sources, units, partial = sources + (partial,), units + (self.unit(partial),), None  # group done
         a = self.branch(self.attn(self.norm1(h)))
         partial = a if partial is None else partial + a
-        h = self.mlp_query(list(sources) + [partial])
+        h = self.mlp_query(*read())
         partial = partial + self.branch(self.mlp(self.norm2(h)))
         if self.out_query is not None:
-            h = self.out_query(list(sources) + [partial])
-        return DepthState(x=h, sources=sources, partial=partial)
+            h = self.out_query(*read())
+        return DepthState(x=h, sources=sources, partial=partial, units=units)

@@ -25,7 +25,7 @@ from torch import nn
 
 from ...config import ModelConfig
 from ..registry import design_options
-from .depth import DepthState
+from .depth import DepthState, weighted_sum
 from .pre_norm import PreLNBlock
 
 
@@ -57,5 +57,5 @@ class DenseFormerBlock(PreLNBlock):
         sources = state.sources + (out,)
         if self.dwa_weights is None:
             return DepthState(x=out, sources=sources)
-        kept = torch.stack([sources[j] for j in self.indices])           # (|J|, B, T, C)
-        return DepthState(x=torch.einsum("n,nbtc->btc", self.dwa_weights, kept), sources=sources)
+        y = weighted_sum(list(self.dwa_weights), [sources[j] for j in self.indices])
+        return DepthState(x=y, sources=sources)

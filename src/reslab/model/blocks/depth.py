@@ -13,6 +13,8 @@ instead, so they keep those outputs. Their stream is a DepthState:
              or None
     views    separate inputs (x_q, x_k, x_v) for the next layer's attention projections (MUDD),
              or None
+    units    sources[i] / RMS(sources[i]), kept beside the sources for the designs that score them
+             (Attention Residuals), so each is normalised once
 
     enter:   x = emb, sources = (emb,), partial = None      (emb = N_emb(emb) with embed_norm)
     exit:    head input = N_final(x)
@@ -38,6 +40,7 @@ class DepthState:
     sources: tuple
     partial: torch.Tensor | None = None
     views: tuple | None = None
+    units: tuple = ()
 
 
 class DepthStream(nn.Module):
@@ -62,9 +65,27 @@ class DepthStream(nn.Module):
         return state.x
 
 
-def depth_softmax_mix(values: list, query: torch.Tensor, key_norm: nn.Module) -> torch.Tensor:
-    """sum_i softmax_i(q . N(v_i)) v_i over the earlier outputs v_i: attention across depth with
-    one learned query q (C,), keys N(v_i) (RMSNorm: no source wins by its size alone), values v_i."""
-    v = torch.stack(values)                                          # (n, B, T, C)
-    logits = torch.einsum("c,nbtc->nbt", query, key_norm(v))
-    return torch.einsum("nbt,nbtc->btc", logits.softmax(dim=0), v)
+def unit_rms(v: torch.Tensor, eps: float) -> torch.Tensor:
+    """v / RMS(v) over the channels: an RMSNorm without its gain."""
+    return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def depth_softmax_mix(values: list, units: list, query: torch.Tensor) -> torch.Tensor:
+    """sum_i softmax_i(q . unit_rms(v_i)) v_i over the earlier outputs v_i: attention across depth
+    with one learned query q (C,), RMS-normalised keys (no source wins by its size alone) and the
+    raw outputs as values. `units` are the v_i / RMS(v_i), computed once per source and kept: a
+    sublayer then adds only (B, T) weights to what autograd keeps, not a stacked copy of every source
+    (which made the activation memory grow as L^2)."""
+    w = torch.stack([torch.matmul(u, query) for u in units]).softmax(dim=0)    # (n, B, T)
+    return weighted_sum([wi.unsqueeze(-1) for wi in w], values)
+
+
+def weighted_sum(weights: list, values) -> torch.Tensor:
+    """sum_j weights[j] * values[j], source by source. Stacking the sources first would make
+    autograd keep a copy of all of them at every layer (activation memory growing as L^2); this
+    keeps only the weights beside the sources that already exist. Each weight broadcasts against
+    its (B, T, C) source: a scalar, (B, T, 1), or (S, B, T, 1) for S mixes at once."""
+    out = weights[0] * values[0]
+    for w, v in zip(weights[1:], values[1:]):
+        out = out + w * v
+    return out

@@ -30,7 +30,7 @@ from torch import nn
 from ...config import ModelConfig
 from ..norms import make_norm
 from . import base
-from .depth import DepthState
+from .depth import DepthState, weighted_sum
 
 
 class StateMix(nn.Module):
@@ -44,7 +44,7 @@ class StateMix(nn.Module):
 
     def forward(self, x: torch.Tensor, states: tuple) -> torch.Tensor:
         w = self.to_weights(self.norm(x)).view(*x.shape[:-1], self.views, self.n_states).softmax(dim=-1)
-        return torch.einsum("btvn,nbtc->vbtc", w, torch.stack(states))
+        return weighted_sum(list(w.permute(3, 2, 0, 1).unsqueeze(-1)), states)   # (views, B, T, C)
 
 
 class LIMeBlock(base.Block):

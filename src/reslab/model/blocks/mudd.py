@@ -32,7 +32,7 @@ from torch import nn
 
 from ...config import ModelConfig
 from . import base
-from .depth import DepthState
+from .depth import DepthState, weighted_sum
 
 STREAMS = ("q", "k", "v", "r")
 
@@ -85,7 +85,8 @@ class MUDDBlock(base.Block):
         h = self.attn_residual(res, a)
         out = self.mlp_residual(h, self.mlp(self.norm2(h)))
         sources = state.sources + (out,)
-        mixes = torch.einsum("btsj,jbtc->sbtc", self.weights(out), torch.stack(sources))
+        w = self.weights(out).permute(3, 2, 0, 1).unsqueeze(-1)         # (l+1, S, B, T, 1)
+        mixes = weighted_sum(list(w), sources)                            # (S, B, T, C)
         if self.n_streams == 1:                                          # the last block: the head's mix
             return DepthState(x=mixes[0], sources=sources)
         return DepthState(x=mixes[3], sources=sources, views=(mixes[0], mixes[1], mixes[2]))
