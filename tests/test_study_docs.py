@@ -208,3 +208,17 @@ def test_a_quoted_marker_is_not_a_marker(docs, out):
     assert run(docs, out) == 0
     text = readme.read_text(encoding="utf-8")
     assert text.startswith(head) and text.endswith(tail) and "### alpha" in text
+
+
+def test_cpu_rows_short_of_the_margin_are_flagged(docs):
+    """A cpu-scale row that trains but ends less than 0.3 nats below bigram is flagged in the table
+    (the cpu scale's rule, not met); a row at or above bigram keeps its own flag; smoke is not cpu."""
+    def report(scale, means):
+        return {"spec": {"name": "s", "scale": scale}, "reference": {"bigram": 2.5},
+                "table": [{"variant": f"v{i}", "n": 3, "best": {"mean": m, "std": 0.01},
+                           "not_learned_beyond_bigram": m >= 2.5} for i, m in enumerate(means)]}
+    lines = docs.main_table(report("cpu", [2.1, 2.3, 2.6])).splitlines()[2:]
+    assert "less than 0.3 below bigram" not in lines[0] and "0.400 below" in lines[0]
+    assert "less than 0.3 below bigram" in lines[1]
+    assert "not beyond bigram" in lines[2] and "less than 0.3" not in lines[2]
+    assert "less than 0.3" not in docs.main_table(report("smoke", [2.3]))
