@@ -62,6 +62,8 @@ BASELINE: dict = {
         "ngpt_alpha_init": 0.05,
         "layer_designs": {},
         "options": {},  # issue 16: a design's own hyperparameters ([model.options])
+        "qk_norm": False,           # issue 17 (Zoo III)
+        "residual_update": "add",   # issue 17 (Zoo III)
     },
     "data": {
         "corpus": "tinyshakespeare",
