@@ -11,7 +11,7 @@ import math
 from ..config import ModelConfig
 from .design import ALL_NORMS
 from .options import AttnResOptions, DenseFormerOptions, NormFormerOptions, ParallelOptions, SpeedrunOptions
-from .registry import register_design
+from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
 
@@ -166,8 +166,6 @@ register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
 
 # ---- Zoo III (issue 17): mixing across depth (blocks/depth.py and one file per design) ----
 def _denseformer_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    from .registry import design_options
-
     opts, errors = design_options(cfg), []
     for name in ("dilation", "period"):
         if getattr(opts, name) > cfg.n_layer:
@@ -184,8 +182,6 @@ register_design("denseformer", _BLOCKS + "denseformer:DenseFormerBlock",
 
 
 def _attn_res_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    from .registry import design_options
-
     n = design_options(cfg).block_layers
     if n > cfg.n_layer:
         return [f"model.options.block_layers: must be at most n_layer={cfg.n_layer} (0 = full AttnRes), got {n}"]
@@ -202,8 +198,6 @@ register_design("attn-res", _BLOCKS + "attn_res:AttnResBlock",
 
 # ---- Zoo III (issue 17): the speedruns' skips (blocks/speedrun.py) ----
 def _speedrun_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    from .registry import design_options
-
     opts = design_options(cfg)
     if opts.backout and not -1 <= opts.backout_layer < cfg.n_layer:
         return [f"model.options.backout_layer: the head subtracts an earlier layer's output, so it must be "

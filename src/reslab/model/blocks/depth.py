@@ -60,9 +60,6 @@ class DepthStream(nn.Module):
     def exit(self, state: DepthState) -> torch.Tensor:
         return self.final_norm(state.x)
 
-    @staticmethod
-    def main(state: DepthState) -> torch.Tensor:
-        return state.x
 
 
 def unit_rms(v: torch.Tensor, eps: float) -> torch.Tensor:

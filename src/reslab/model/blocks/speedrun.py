@@ -91,9 +91,6 @@ class SpeedrunStream(nn.Module):
         y = state.x if self.backout_lambda is None else state.x - self.backout_lambda * state.backout
         return self.final_norm(y)
 
-    @staticmethod
-    def main(state: SpeedrunState) -> torch.Tensor:
-        return state.x
 
 
 class SpeedrunBlock(PreLNBlock):
