@@ -40,6 +40,9 @@ ROWS = {  # label -> (design, config overrides)
     "mudd": ("mudd", {}),
     "lime": ("lime", {}),
     "speedrun": ("speedrun", {}),
+    "laurel (rw, rank 16)": ("laurel", {}),
+    "laurel (rw, rank 16, pa)": ("laurel", {"options": {"pa": True}}),
+    "frac-connections (m=4)": ("frac-connections", {"options": {"fracs": 4}}),
 }
 
 

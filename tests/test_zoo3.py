@@ -16,8 +16,12 @@ import torch
 import reslab
 from reslab.errors import ConfigError
 from tests.test_block_formulas import (
+    BLOCK,
     TOL,
+    VOCAB,
     A,
+    C,
+    H,
     M,
     N,
     Ref,
@@ -29,16 +33,18 @@ from tests.test_block_formulas import (
     token_input,
 )
 
-FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "lime", "normformer"}
+FORMULA_TESTED = {"parallel", "denseformer", "attn-res", "speedrun", "mudd", "lime", "normformer", "laurel",
+                  "frac-connections"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
-def ref_attention(attn, xq, xk=None, xv=None, *, extra=None, qk_norm=False, head_gains=None):
+def ref_attention(attn, xq, xk=None, xv=None, *, extra=None, qk_norm=False, head_gains=None, xsa=None):
     """Causal attention from raw weights (2 heads), with what Zoo III adds to it: queries, keys and
     values from three inputs (MUDD, LIMe), extra values (value embeddings), QK-norm (RMSNorm per
-    head, gain per channel) and a gain per head's output (NormFormer)."""
+    head, gain per channel), a gain per head's output (NormFormer) and XSA (xsa: the factor g per
+    head, shape (2,), of y_i - g (<y_i, v_i> / <v_i, v_i>) v_i)."""
     xk = xq if xk is None else xk
     xv = xq if xv is None else xv
     Bx, Tx, Cx = xq.shape
@@ -55,6 +61,8 @@ def ref_attention(attn, xq, xk=None, xv=None, *, extra=None, qk_norm=False, head
     future = torch.ones(Tx, Tx, dtype=torch.bool).triu(1)
     P = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(future, float("-inf")), dim=-1)
     y = P @ v
+    if xsa is not None:
+        y = y - xsa.reshape(1, 2, 1, 1) * (y * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True) * v
     if head_gains is not None:
         y = y * head_gains.reshape(1, 2, 1, 1)
     return y.transpose(1, 2).reshape(Bx, Tx, Cx) @ attn.c_proj.weight.T + attn.c_proj.bias
@@ -506,6 +514,41 @@ def test_qk_norm(design):
     assert tuple(blk.attn.q_norm.weight.shape) == (8,) and blk.attn.k_norm is not None
 
 
+@pytest.mark.parametrize("mode", ["full", "gated"])
+def test_xsa(mode):
+    model = make("pre-ln", xsa=mode)
+    blk, x = model.blocks[1], stream_input()
+    r = Ref()
+    g = torch.ones(2, dtype=torch.float64) if mode == "full" else torch.tanh(blk.attn.xsa_gate.reshape(2))
+    with torch.no_grad():
+        out = blk(x)
+        h = x + ref_attention(blk.attn, N(r, blk.norm1, x), xsa=g)
+        ref = h + M(r, blk.mlp, N(r, blk.norm2, h))
+        torch.testing.assert_close(out, ref, **TOL)
+        assert_differs(out, pre_ln(r, blk, x, 2))
+        # wrong formulas: the gate itself instead of tanh of it, or the projection on the input x
+        if mode == "gated":
+            h = x + ref_attention(blk.attn, N(r, blk.norm1, x), xsa=blk.attn.xsa_gate.reshape(2))
+            assert_differs(out, h + M(r, blk.mlp, N(r, blk.norm2, h)))
+    if mode == "full":  # with g = 1 each head's output is orthogonal to the token's own value
+        attn, xn = blk.attn, N(r, blk.norm1, x)
+        with torch.no_grad():
+            q, k, v = attn.qkv(xn)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            z = y - attn.exclusive_part(y, v)
+        # (at position 1 the token attends only to itself: y = v, so z = 0)
+        assert z[:, :, 0].abs().max() < 1e-12
+        assert ((z * v).sum(-1).abs() / (z.norm(dim=-1) * v.norm(dim=-1)))[:, :, 1:].max() < 1e-10
+    else:  # the gate starts at 0: an untouched model is the plain attention's, bit for bit
+        fresh, plain = reslab.build_model("pre-ln", **SMALL, xsa="gated"), reslab.build_model("pre-ln", **SMALL)
+        idx = token_input()
+        with torch.no_grad():
+            assert torch.equal(fresh(idx), plain(idx))
+
+
+SMALL = dict(n_layer=2, n_embd=C, n_head=H, block_size=BLOCK, vocab_size=VOCAB, dropout=0.0, seed=0)
+
+
 def orthogonal(b, x):
     """b minus its projection on x, token by token: b - (<b, x> / (<x, x> + 1e-6)) x."""
     return b - (b * x).sum(-1, keepdim=True) / ((x * x).sum(-1, keepdim=True) + 1e-6) * x
@@ -553,11 +596,176 @@ def test_orthogonal_residual_projects_on_the_scaled_skip():
      "model.residual_update: there is no skip to project on"),
     ("pre-ln", {"residual_update": "orthogonal", "layer_designs": {"1": "deepnorm"}}, "model.layer_designs: layer 1 is deepnorm"),
     ("pre-ln", {"residual_update": "sideways"}, "model.residual_update"),
+    ("ngpt", {"xsa": "full"}, "model.xsa: ngpt has its own attention"),
+    ("sas", {"xsa": "gated"}, "model.xsa: removes each token's own value"),
+    ("pre-ln", {"xsa": "on"}, "model.xsa"),
 ])
 def test_option_refusals(design, fields, needle):
     kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
     with pytest.raises(ConfigError, match=needle):
         reslab.build_model(design, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# LAuReL: each residual point x = alpha F + beta (x + B A x) + B' A' sum_(j<i) gamma_j x_j
+# ---------------------------------------------------------------------------------------------
+def laurel_logits(model, idx, L, rw=True, rank=True, pa=False, softmax=True, pa_self=False):
+    """Written out point by point; softmax=False (raw w as alpha, beta) and pa_self (PA over x_1 .. x_i,
+    the point's own input in place of the embedding) are the wrong formulas."""
+    r = Ref(L=L)
+    xs = [ref_embed(model, idx)]                                     # x_0 .. x_i: every point's input
+    x = xs[0]
+
+    def point(p, x, F):
+        if rw and p.rw_logits is None:                              # a wrong formula: RW's init halves
+            alpha, beta = 0.5, 0.5
+        elif rw:
+            w = p.rw_logits
+            alpha, beta = (torch.exp(w) / torch.exp(w).sum()) if softmax else w
+        else:
+            alpha, beta = 1.0, 1.0
+        skip = x + (x @ p.lr_down.weight.T) @ p.lr_up.T if rank else x
+        out = alpha * F + beta * skip
+        previous = xs[1:] if pa_self else xs[:-1]
+        if pa and len(xs) > 1:
+            mixed = sum(g * xj for g, xj in zip(p.pa_gamma, previous))
+            out = out + (mixed @ p.pa_down.weight.T) @ p.pa_up.T
+        return out
+
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        x = point(blk.attn_point, x, A(r, blk.attn, N(r, blk.norm1, x), l))
+        xs.append(x)
+        x = point(blk.mlp_point, x, M(r, blk.mlp, N(r, blk.norm2, x)))
+        xs.append(x)
+    return N(r, model.stream.final_norm, x) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("rw,rank,pa", [(True, 4, False), (False, 4, False), (True, 0, False), (True, 4, True),
+                                        (False, 4, True)])
+def test_laurel_whole_model(rw, rank, pa):
+    L = 3
+    wrongs = [lambda m, i: laurel_logits(m, i, L, rw=not rw, rank=rank, pa=pa)]
+    if rw:
+        wrongs.append(lambda m, i: laurel_logits(m, i, L, rw, rank, pa, softmax=False))
+    if rank:
+        wrongs.append(lambda m, i: laurel_logits(m, i, L, rw, 0, pa))
+    if pa:
+        wrongs += [lambda m, i: laurel_logits(m, i, L, rw, rank, False),
+                   lambda m, i: laurel_logits(m, i, L, rw, rank, pa, pa_self=True)]
+    model = check_whole_model("laurel", L, lambda m, i: laurel_logits(m, i, L, rw, rank, pa), wrongs,
+                              options={"rw": rw, "rank": rank, "pa": pa})
+    size = lambda p: 0 if p.pa_gamma is None else len(p.pa_gamma)  # noqa: E731
+    gammas = [size(p) for b in model.blocks for p in (b.attn_point, b.mlp_point)]
+    assert gammas == ([0, 1, 2, 3, 4, 5] if pa else [0] * 6)       # point i reads x_0 .. x_(i-1)
+
+
+def test_laurel_without_rw_starts_as_pre_ln_exactly():
+    """B = B' = 0 at init: without RW the same seed gives pre-ln's logits bit for bit; with RW the
+    branch and the skip start at one half each."""
+    kw = dict(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=3, dropout=0.0)
+    laurel = reslab.build_model("laurel", options={"rw": False, "pa": True}, **kw)
+    idx = token_input()
+    with torch.no_grad():
+        pre = reslab.build_model("pre-ln", **kw)
+        # the same draws in the same order for the shared weights: copy them to compare exactly
+        shared = {k: v for k, v in laurel.state_dict().items() if k in pre.state_dict()}
+        pre.load_state_dict(shared)
+        assert torch.equal(laurel(idx), pre(idx))
+        with_rw = reslab.build_model("laurel", **kw)
+        assert with_rw.blocks[0].attn_point.weights()[0].item() == 0.5
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"options": {"rank": 0, "pa": True}}, "model.options"),
+    ({"options": {"rank": 99}}, "model.options.rank: a low-rank map needs rank <= n_embd=16"),
+    ({"prores": "linear"}, "model.prores"),
+    ({"ffn_res": False}, "model.ffn_res"),
+    ({"stochastic_depth": 0.2}, "model.stochastic_depth"),
+])
+def test_laurel_refusals(fields, needle):
+    kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
+    with pytest.raises(ConfigError, match=needle):
+        reslab.build_model("laurel", **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# frac-connections: y = F(N(concat_f sum_g Gamma[g,f] H_g)); H'_f = sum_g A[g,f] H_g + beta[f] y_f
+# ---------------------------------------------------------------------------------------------
+def frac_logits(model, idx, L, m, dynamic=False, transpose=False, gain=1.0):
+    """Fraction by fraction with explicit sums; transpose (Gamma[f, g], A[f, g]) is the wrong formula."""
+    r = Ref(L=L)
+    x = ref_embed(model, idx)
+    d = x.shape[-1] // m
+
+    def norm_d(mod, h):                                           # LayerNorm over a fraction's d channels
+        mu = h.mean(-1, keepdim=True)
+        return (h - mu) / torch.sqrt(((h - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * mod.weight + mod.bias
+
+    def sublayer(fc, norm, f, x):
+        H = [x[..., g * d:(g + 1) * d] for g in range(m)]
+        G, Amix, beta = fc.gamma, fc.mix, fc.beta
+        if transpose:
+            G, Amix = G.T, Amix.T
+        if dynamic:   # row g of Gamma and A from fraction g; beta[f] from fraction f
+            G = [[G[g, f] + fc.s_alpha * torch.tanh(norm_d(fc.norm, H[g]) @ fc.w_gamma[:, f]) for f in range(m)]
+                 for g in range(m)]
+            Amix = [[Amix[g, f] + fc.s_alpha * torch.tanh(norm_d(fc.norm, H[g]) @ fc.w_mix[:, f]) for f in range(m)]
+                    for g in range(m)]
+            beta = [beta[f] + fc.s_beta * torch.tanh(norm_d(fc.norm, H[f]) @ fc.w_beta) for f in range(m)]
+            w = lambda t: t.unsqueeze(-1)  # noqa: E731
+        else:
+            w = lambda t: t  # noqa: E731
+        u = [sum(w(G[g][f]) * H[g] for g in range(m)) for f in range(m)]
+        y = f(N(r, norm, torch.cat(u, -1)))
+        return torch.cat([sum(w(Amix[g][f]) * H[g] for g in range(m)) + gain * w(beta[f]) * y[..., f * d:(f + 1) * d]
+                          for f in range(m)], -1)
+
+    for l in range(1, L + 1):
+        blk = model.blocks[l - 1]
+        x = sublayer(blk.attn_fc, blk.norm1, lambda h: A(r, blk.attn, h, l), x)
+        x = sublayer(blk.mlp_fc, blk.norm2, lambda h: M(r, blk.mlp, h), x)
+    return N(r, model.stream.final_norm, x) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("m,dynamic", [(2, False), (4, False), (4, True), (1, False)])
+def test_frac_connections_whole_model(m, dynamic):
+    L = 2
+    wrongs = [lambda mod, i: frac_logits(mod, i, L, m, dynamic, transpose=True)] if m > 1 else []
+    if dynamic:
+        wrongs.append(lambda mod, i: frac_logits(mod, i, L, m, False))
+    check_whole_model("frac-connections", L, lambda mod, i: frac_logits(mod, i, L, m, dynamic), wrongs,
+                      options={"fracs": m, "dynamic": dynamic})
+
+
+def test_frac_connections_runtime_gain_multiplies_the_write():
+    L = 2
+    check_whole_model("frac-connections", L, lambda mod, i: frac_logits(mod, i, L, 2, gain=0.5),
+                      [lambda mod, i: frac_logits(mod, i, L, 2)], options={"fracs": 2}, branch_gain=0.5)
+
+
+def test_frac_connections_start_as_pre_ln_exactly():
+    kw = dict(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=3, dropout=0.0)
+    for opts in ({"fracs": 4}, {"fracs": 2, "dynamic": True}):
+        frac, pre = reslab.build_model("frac-connections", options=opts, **kw), reslab.build_model("pre-ln", **kw)
+        pre.load_state_dict({k: v for k, v in frac.state_dict().items() if k in pre.state_dict()})
+        idx = token_input()
+        with torch.no_grad():
+            torch.testing.assert_close(frac(idx), pre(idx), rtol=0, atol=1e-6)  # dynamic: tanh(0) = 0 exactly
+            if "dynamic" not in opts:
+                assert torch.equal(frac(idx), pre(idx))
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"options": {"fracs": 3}}, "model.options.fracs: 3 fractions must divide n_embd=16"),
+    ({"options": {"fracs": 0}}, "model.options"),
+    ({"ffn_res": False}, "model.ffn_res"),
+    ({"residual_update": "orthogonal"}, "model.residual_update"),
+])
+def test_frac_connections_refusals(fields, needle):
+    kw = dict(n_layer=2, n_embd=16, n_head=2, block_size=8, vocab_size=11) | fields
+    with pytest.raises(ConfigError, match=needle):
+        reslab.build_model("frac-connections", **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,6 +843,10 @@ def test_variants_json_lists_zoo3(capsys):
     assert listed["speedrun"]["options"] == {"x0": True, "unet": True, "value_embeds": True, "backout": True,
                                              "backout_layer": -1}
     assert listed["normformer"]["options"] == {"head_scale": True, "attn_out_norm": True, "ffn_mid_norm": True}
+    assert listed["laurel"]["options"] == {"rw": True, "rank": 16, "pa": False}
+    assert listed["frac-connections"]["options"] == {"fracs": 2, "dynamic": False}
     assert {"mudd", "lime"} <= set(listed) and listed["mudd"]["stream"] == listed["lime"]["stream"] == "depth"
     assert listed["ngpt"]["qk_norm"] is False and listed["pre-ln"]["qk_norm"] is True
     assert listed["pre-ln"]["residual_update"] == ["add", "orthogonal"] and listed["attn-res"]["residual_update"] == ["add"]
+    assert listed["pre-ln"]["xsa"] is True and listed["ngpt"]["xsa"] is False
+    assert listed["pre-ln"]["stochastic_depth"] is True and listed["hyper-connections"]["stochastic_depth"] is False

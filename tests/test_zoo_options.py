@@ -57,6 +57,8 @@ OPTIONS: dict[str, dict] = {
     "init=xavier": {"init": "xavier"},
     "qk_norm": {"qk_norm": True},                                  # Zoo III (issue 17)
     "residual_update=orthogonal": {"residual_update": "orthogonal"},
+    "xsa=gated": {"xsa": "gated"},
+    "stochastic_depth": {"stochastic_depth": 0.5},
 }
 DESIGNS = reslab.designs()
 # Options that leave the function unchanged on purpose (what they change is tested elsewhere).
@@ -170,4 +172,6 @@ def test_meta_device_build_equals_direct_build(design):
         for key in direct_state:
             assert torch.equal(direct_state[key], meta_state[key]), (design, options, key)
         with torch.no_grad():
-            assert torch.equal(direct(X), materialised(X)), (design, options)
+            assert torch.equal(direct.eval()(X), materialised(X)), (design, options)
+            # in training mode too: stochastic depth's keep factors are buffers outside the state dict
+            assert torch.equal(direct.train()(X), materialised.train()(X)), (design, options)

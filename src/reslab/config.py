@@ -85,6 +85,14 @@ class ModelConfig(Typed):
     # At every residual point: "add" x + F; "orthogonal" x + F - (<F, x> / <x, x>) x, the branch's
     # component along the stream removed (Oh et al. 2025, orthogonal residual update).
     residual_update: Literal["add", "orthogonal"] = "add"
+    # Exclusive self-attention (XSA): each head's output loses its component along the token's own
+    # value, y_i - g (<y_i, v_i> / |v_i|^2) v_i; "full": g = 1, "gated": g = tanh(a_h), a_h = 0 at init.
+    xsa: Literal["off", "full", "gated"] = "off"
+    # Stochastic depth / LayerDrop, in training only: layer l's branches are dropped for a whole update
+    # with probability p_l (its skip stays), kept ones scaled by 1 / (1 - p_l). "linear": p_l = p l / L
+    # (Huang et al. 2016); "uniform": p_l = p (LayerDrop, Fan et al. 2019). Drawn from (seed, update).
+    stochastic_depth: float = 0.0     # p, in [0, 1)
+    stochastic_depth_rule: Literal["linear", "uniform"] = "linear"  # p_l = p l / L (Huang et al.) or p_l = p (LayerDrop)
     # Per-layer design overrides: layers (counted from 1) -> design, e.g. {"1-3" = "post-ln", "12" = "sandwich-ln"}.
     layer_designs: dict[str, str] = field(default_factory=dict)
     # The design's own hyperparameters ([model.options]), checked against the options dataclass it
@@ -152,6 +160,8 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
         errors.append(f"{prefix}.pos: rope needs an even head size, got n_embd/n_head={cfg.head_dim}")
     if not 0.0 <= cfg.dropout < 1.0:
         errors.append(f"{prefix}.dropout: must be in [0, 1), got {cfg.dropout}")
+    if not 0.0 <= cfg.stochastic_depth < 1.0:
+        errors.append(f"{prefix}.stochastic_depth: a drop probability, must be in [0, 1), got {cfg.stochastic_depth}")
     if not 0 < cfg.mlp_ratio <= MAX_MLP_RATIO:
         errors.append(f"{prefix}.mlp_ratio: must be in (0, {MAX_MLP_RATIO:g}], got {cfg.mlp_ratio}")
     elif 1 <= cfg.n_embd <= MAX_SIZES["n_embd"] and cfg.mlp_hidden < 1:

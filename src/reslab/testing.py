@@ -72,6 +72,10 @@ OPTION_PROBES = [
     ("layer_designs", {}, {"layer_designs": {"1": "post-ln"}}),   # "pre-ln" for post-ln itself
     ("qk_norm", {}, {"qk_norm": True}),
     ("residual_update", {}, {"residual_update": "orthogonal"}),
+    ("xsa=full", {}, {"xsa": "full"}),
+    ("xsa=gated", {}, {"xsa": "gated"}),
+    ("stochastic_depth", {}, {"stochastic_depth": 0.5}),
+    ("stochastic_depth_rule", {"stochastic_depth": 0.5}, {"stochastic_depth_rule": "uniform"}),
 ]
 # Fields whose documented effect is on the numeric range only: accepted, they must leave a float32
 # model's logits unchanged (resi-dual's s: N(s z) = N(z), with N's eps scaled by s^2).

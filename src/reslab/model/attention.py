@@ -22,6 +22,10 @@ Residual attention (He et al. 2020, "RealFormer: Transformer Likes Residual Atte
     S_l = Q_l K_l^T / sqrt(d) + S_{l-1}       (S_0 = 0; S_l kept unmasked in carry.scores)
 QK-norm (qk_norm): Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per head channel), before RoPE.
 Head scale (NormFormer): each head's output A_h times a learned gamma_h before W_P.
+Exclusive self-attention (XSA, arXiv 2603.09078), per head and token i, before W_P:
+    y_i <- y_i - g (<y_i, v_i> / <v_i, v_i>) v_i      the output's component along the token's own value removed
+    xsa = "full": g = 1 (the paper); "gated": g = tanh(a_h), a_h learned per head, 0 at init (modded-nanogpt
+    record #82: XSA starts switched off and each head learns how much of it to use).
     P_l = softmax(causal_mask(S_l))           (the mask is applied anew in every layer)
     A_l = P_l V_l                             (V_l' with the value residual)
     SDPA cannot return scores, so with residual attention the attention is computed explicitly
@@ -79,6 +83,7 @@ class AttentionCarry:
 
 
 VALUE_RESIDUAL_ROLES = ("off", "first", "mix")
+XSA_MODES = ("off", "full", "gated")
 
 
 class CausalSelfAttention(nn.Module):
@@ -90,7 +95,7 @@ class CausalSelfAttention(nn.Module):
                  shaped: bool = False, value: str = "linear", rope_base: float | None = None,
                  value_residual: str = "off", value_residual_init: float = 0.5,
                  residual_attention: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
-                 head_scale: bool = False):
+                 head_scale: bool = False, xsa: str = "off"):
         super().__init__()
         assert value in ("linear", "identity", "identity+linear")
         assert value_residual in VALUE_RESIDUAL_ROLES
@@ -125,12 +130,18 @@ class CausalSelfAttention(nn.Module):
             self.q_norm = self.k_norm = None
         # NormFormer's head scale: each head's output times a learned gamma_h (1 at init), before W_P
         self.head_gain = nn.Parameter(torch.empty(n_head, 1, 1)) if head_scale else None
+        assert xsa in XSA_MODES
+        self.xsa = xsa
+        # XSA's gate a_h (tanh(a_h) = 0 at init: the plain attention); none with xsa = "full" (g = 1)
+        self.xsa_gate = nn.Parameter(torch.empty(n_head, 1, 1)) if xsa == "gated" else None
         self.resid_dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         if self.head_gain is not None:
             nn.init.ones_(self.head_gain)
+        if self.xsa_gate is not None:
+            nn.init.zeros_(self.xsa_gate)
         if self.shaped:
             for p in (self.shape_alpha, self.shape_beta, self.shape_gamma):
                 nn.init.ones_(p)
@@ -219,10 +230,17 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if self.shaped:
             y = self.shape_beta * y + self.shape_alpha * v - self.shape_gamma * causal_running_mean(v)
+        if self.xsa != "off":
+            y = y - self.exclusive_part(y, v)
         if self.head_gain is not None:
             y = self.head_gain * y                                   # (H, 1, 1) over (B, H, T, d)
         y = y.transpose(1, 2).reshape(x.shape)
         return self.resid_dropout(self.c_proj(y))
+
+    def exclusive_part(self, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """XSA: g (<y_i, v_i> / <v_i, v_i>) v_i per head and token, the part of y that XSA removes."""
+        along = (y * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True).clamp_min(1e-8) * v
+        return along if self.xsa_gate is None else torch.tanh(self.xsa_gate) * along
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor, prev_scores: torch.Tensor | None = None) -> torch.Tensor:

@@ -38,7 +38,7 @@ class Design:
     learned_scales: bool = False                  # skip_scale / branch_scale apply at its residual points
     attention_carry: bool = False                 # value_residual / residual_attention apply
     fsdp: bool = True                             # may be trained sharded (train.parallel = "fsdp")
-    qk_norm: bool = True                          # its attention is reslab's, so qk_norm reaches it
+    qk_norm: bool = True                          # its attention is reslab's, so qk_norm and xsa reach it
     own_fields: tuple = ()                        # ModelConfig fields that only designs declaring them take
     check: Callable | None = None                 # (resolved cfg, given cfg) -> error lines of its own rules
     options: type | None = None                   # dataclass of the design's own hyperparameters ([model.options])
@@ -63,8 +63,9 @@ class Design:
                 "stream": self.stream, "norms": list(self.norms), "prores": self.prores,
                 "partial_residual": self.partial_residual, "per_layer": self.per_layer,
                 "learned_scales": self.learned_scales, "attention_carry": self.attention_carry,
-                "qk_norm": self.qk_norm,
+                "qk_norm": self.qk_norm, "xsa": self.qk_norm,
                 "residual_update": ["add", "orthogonal"] if self.learned_scales else ["add"],
+                "stochastic_depth": self.learned_scales,
                 "own_fields": list(self.own_fields),
                 "options": {f.name: _default_text(f) for f in dataclasses.fields(self.options)}
                 if self.options else {},

@@ -25,6 +25,7 @@ from .blocks.speedrun import SpeedrunState, SpeedrunStream
 from .init import init_weights
 from .norms import make_norm
 from .prores import prores_alpha
+from .stochastic_depth import drop_rates, keep_factors
 from .registry import get_design, layer_design, resolve
 
 
@@ -94,6 +95,9 @@ class GPT(nn.Module):
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight
         self.prores_step = 0
+        # stochastic depth draws update t's dropped layers from (layer_drop_seed, t); the trainers set
+        # it to the run's dropout stream, so a resumed run drops the layers its first part would have
+        self.layer_drop_seed = seed
         self.init_weights(seed)
 
     # ---- initialisation and ProRes -------------------------------------------------------------
@@ -106,15 +110,26 @@ class GPT(nn.Module):
         self.after_optimizer_step()  # designs that keep weights on a manifold (nGPT) start on it
 
     def set_step(self, t: int) -> None:
-        """Tell the model how many optimizer updates are done; sets every ProRes alpha(l, t)."""
+        """Tell the model how many optimizer updates are done; sets every ProRes alpha(l, t) and, with
+        stochastic depth, the keep factors k_l of update t, drawn from (layer_drop_seed, t)."""
         self.prores_step = t
         cfg = self.config
+        if cfg.stochastic_depth > 0:
+            rates = drop_rates(cfg.stochastic_depth, cfg.stochastic_depth_rule, cfg.n_layer)
+            for block, k in zip(self.blocks, keep_factors(self.layer_drop_seed, t, rates)):
+                for r in block.residuals():
+                    r.set_keep(k)
         if cfg.prores == "none":
             return
         for block in self.blocks:
             alpha = prores_alpha(cfg.prores, block.layer, t, cfg.n_layer, cfg.prores_warmup)
             for r in block.residuals():
                 r.set_alpha(alpha)
+
+    def seed_buffers(self) -> dict[str, torch.Tensor]:
+        """Buffers that differ between seeds at the same step (stochastic depth's k_l): a stack of
+        seeds passes each member's own, stacked like the weights (train/stacked.py)."""
+        return {name: b for name, b in self.named_buffers() if name.endswith(".keep")}
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:

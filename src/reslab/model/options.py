@@ -54,3 +54,26 @@ class NormFormerOptions:
     head_scale: bool = True        # each attention head's output times a learned gamma_h before W_P
     attn_out_norm: bool = True     # a norm on the attention branch's output: x + N(A(N1(x)))
     ffn_mid_norm: bool = True      # a norm after the MLP's activation: W2 N(act(W1 N2(x)))
+
+
+@dataclass(frozen=True)
+class LaurelOptions:
+    rw: bool = True                # RW: alpha F + beta x, (alpha, beta) = softmax(w), w = 0 at init
+    rank: int = 16                 # LR: beta (x + B A x) with rank r (B = 0 at init); 0: no LR term
+    pa: bool = False               # PA: + B' A' sum_(j<i) gamma_j x_j over earlier residual points' inputs (rank r)
+
+    def __post_init__(self):
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"rank must be a whole number >= 0, got {self.rank!r}")
+        if self.pa and self.rank == 0:
+            raise ValueError("pa needs a rank >= 1 (its map B' A' is low-rank)")
+
+
+@dataclass(frozen=True)
+class FracOptions:
+    fracs: int = 2                 # m: the stream of width C is cut into m fractions of width C / m
+    dynamic: bool = False          # the weights also depend on the fractions (dynamic FC, as DHC)
+
+    def __post_init__(self):
+        if isinstance(self.fracs, bool) or not isinstance(self.fracs, int) or self.fracs < 1:
+            raise ValueError(f"fracs must be a whole number >= 1, got {self.fracs!r}")

@@ -253,16 +253,33 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
                       f"{_names('learned_scales')} have; not {d.name}")
     if cfg.residual_update != "add" and cfg.attn_res is False and cfg.ffn_res is False:
         errors.append("model.residual_update: there is no skip to project on (attn_res = ffn_res = false)")
+    if cfg.stochastic_depth > 0 and not d.learned_scales:
+        errors.append(f"model.stochastic_depth: drops branches at reslab's residual points, which "
+                      f"{_names('learned_scales')} have; not {d.name}")
+    if cfg.stochastic_depth > 0 and (cfg.attn_res is False or cfg.ffn_res is False):
+        errors.append("model.stochastic_depth: drops a layer's branches and keeps its skips; with "
+                      "attn_res or ffn_res = false a dropped layer would zero the stream")
+    if cfg.stochastic_depth_rule != "linear" and cfg.stochastic_depth == 0:
+        errors.append("model.stochastic_depth_rule: has no effect with stochastic_depth = 0; set a drop probability")
+    if cfg.xsa != "off" and not d.qk_norm:
+        errors.append(f"model.xsa: {d.name} has its own attention, which XSA does not reach; it applies to "
+                      f"the designs built on reslab's attention (not {', '.join(n for n, x in DESIGNS.items() if not x.qk_norm)})")
+    if cfg.xsa != "off" and cfg.shaped_attention:
+        errors.append("model.xsa: removes each token's own value from the attention output, which shaped "
+                      "attention adds back (alpha I); set one of them to false")
     if cfg.qk_norm and not d.qk_norm:
         errors.append(f"model.qk_norm: {d.name} has its own attention, which QK-norm does not reach; "
                       f"it applies to the designs built on reslab's attention (not {', '.join(n for n, x in DESIGNS.items() if not x.qk_norm)})")
     if cfg.skip_scale != "none" and cfg.attn_res is False and cfg.ffn_res is False:
         errors.append("model.skip_scale: there is no skip to scale (attn_res = ffn_res = false)")
-    if cfg.residual_update != "add" and cfg.layer_designs:
+    for needs, what in ((cfg.residual_update != "add", "residual_update = 'orthogonal'"),
+                        (cfg.stochastic_depth > 0, "stochastic_depth")):
+        if not (needs and cfg.layer_designs):
+            continue
         for layer, name in sorted(parse_layer_designs(cfg)[0].items()):
             if not DESIGNS[name].learned_scales:
                 errors.append(f"model.layer_designs: layer {layer} is {name}, which has no reslab residual points "
-                              f"for residual_update = 'orthogonal'; choose one of {_names('learned_scales')}")
+                              f"for {what}; choose one of {_names('learned_scales')}")
                 break
     if (cfg.skip_scale != "none" or cfg.branch_scale not in (None, "none")) and cfg.layer_designs:
         for layer, name in sorted(parse_layer_designs(cfg)[0].items()):

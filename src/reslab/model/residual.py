@@ -13,6 +13,8 @@ What multiplies what:
            (no parameter, a = 1) with branch_scale = "none".
     gain   runtime branch gain, a fixed float: multiplies the BRANCH.
     alpha  ProRes alpha(l, t), a buffer set after every optimizer step: multiplies the BRANCH.
+    k      stochastic depth's keep factor k_l (0, or 1 / (1 - p_l)), a buffer the model sets for every
+           update; multiplies the BRANCH in training only (model/stochastic_depth.py).
 "scalar" has shape (), one number for this residual point; "channel" has shape (C,), one per
 channel, broadcast over batch and time. s and a are trainable and never weight-decayed (only
 Linear / Embedding weights decay). Post-norm blocks normalise this sum: x = N(s*x + a*F(x)).
@@ -49,7 +51,7 @@ def projection_onto(branch: torch.Tensor, x: torch.Tensor, eps: float = 1e-6) ->
 class Residual(nn.Module):
     def __init__(self, skip: bool = True, gain: float = 1.0, prores: bool = False, *,
                  skip_scale: str = "none", branch_scale: str = "none", branch_scale_init: float = 1.0,
-                 dim: int | None = None, orthogonal: bool = False):
+                 dim: int | None = None, orthogonal: bool = False, stochastic_depth: bool = False):
         super().__init__()
         self.skip = skip
         self.orthogonal = orthogonal
@@ -63,6 +65,11 @@ class Residual(nn.Module):
         # is exact), so a compiled model never recompiles when alpha changes or reaches 1. It is
         # saved with the weights, and set_alpha() rewrites it in place after every optimizer step.
         self.register_buffer("alpha", torch.ones(()), persistent=prores)
+        # k is drawn afresh for every update from (seed, step), so it is never saved; each seed of a
+        # stack gets its own (train/stacked.py passes the members' k stacked, like their weights).
+        self.stochastic_depth = stochastic_depth
+        if stochastic_depth:
+            self.register_buffer("keep", torch.ones(()), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -77,6 +84,9 @@ class Residual(nn.Module):
     def set_alpha(self, value: float) -> None:
         self.alpha.fill_(value)
 
+    def set_keep(self, value: float) -> None:
+        self.keep.fill_(value)
+
     def forward(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         if self.gain != 1.0:
             branch = self.gain * branch
@@ -84,6 +94,8 @@ class Residual(nn.Module):
             branch = self.alpha * branch
         if self.branch_weight is not None:
             branch = self.branch_weight * branch
+        if self.stochastic_depth and self.training:
+            branch = self.keep * branch
         if not self.skip:
             return branch
         if self.skip_weight is not None:
@@ -96,6 +108,8 @@ class Residual(nn.Module):
         text = f"skip={self.skip}, gain={self.gain}, prores={self.prores}"
         if self.orthogonal:
             text += ", orthogonal=True"
+        if self.stochastic_depth:
+            text += ", stochastic_depth=True"
         if self.skip_weight is not None:
             text += f", skip_weight={tuple(self.skip_weight.shape)}"
         if self.branch_weight is not None:

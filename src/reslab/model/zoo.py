@@ -10,7 +10,8 @@ import math
 
 from ..config import ModelConfig
 from .design import ALL_NORMS
-from .options import AttnResOptions, DenseFormerOptions, NormFormerOptions, ParallelOptions, SpeedrunOptions
+from .options import (AttnResOptions, DenseFormerOptions, FracOptions, LaurelOptions, NormFormerOptions,
+                      ParallelOptions, SpeedrunOptions)
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -235,3 +236,35 @@ register_design("normformer", _BLOCKS + "normformer:NormFormerBlock",
                         "times a learned gamma_h (1 at init); each extra op an option",
                 reference="Shleifer, Weston, Ott 2021 (NormFormer)", options=NormFormerOptions,
                 prores=True, per_layer=True, learned_scales=True, attention_carry=True)
+
+
+# ---- Zoo III (issue 17): LAuReL (blocks/laurel.py) ----
+def _laurel_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    rank = design_options(cfg).rank
+    if rank > cfg.n_embd:
+        return [f"model.options.rank: a low-rank map needs rank <= n_embd={cfg.n_embd}, got {rank}"]
+    return []
+
+
+register_design("laurel", _BLOCKS + "laurel:LaurelBlock",
+                formula="each residual point: x = alpha F + beta (x + B A x) + B' A' sum_(j<i) gamma_j x_j, "
+                        "F = A(N1 x) or M(N2 x); (alpha, beta) = softmax(w) (RW, w = 0), B A of rank r (LR, "
+                        "B = 0), PA over the earlier points' inputs (gamma = 1, B' = 0); options rw, rank, pa",
+                reference="Menghani et al. 2025 (LAuReL, ICML)", stream="depth", options=LaurelOptions,
+                check=_laurel_check, partial_residual=False)
+
+
+# ---- Zoo III (issue 17): frac-connections (blocks/frac.py) ----
+def _frac_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    m = design_options(cfg).fracs
+    if cfg.n_embd % m:
+        return [f"model.options.fracs: {m} fractions must divide n_embd={cfg.n_embd}; choose a divisor"]
+    return []
+
+
+register_design("frac-connections", _BLOCKS + "frac:FracBlock",
+                formula="stream cut into m fractions H_f of width C/m; each sublayer: y = F(N(concat_f sum_g "
+                        "Gamma[g,f] H_g)), H'_f = sum_g A[g,f] H_g + beta[f] y_f; Gamma = A = I, beta = 1 at "
+                        "init (= pre-ln); options.dynamic: + s tanh(N(H_g) W), W = 0",
+                reference="Zhu et al. 2025 (Frac-Connections)", options=FracOptions, check=_frac_check,
+                partial_residual=False)

@@ -64,6 +64,9 @@ BASELINE: dict = {
         "options": {},  # issue 16: a design's own hyperparameters ([model.options])
         "qk_norm": False,           # issue 17 (Zoo III)
         "residual_update": "add",   # issue 17 (Zoo III)
+        "xsa": "off",               # issue 17 (Zoo III)
+        "stochastic_depth": 0.0,    # issue 17 (Zoo III)
+        "stochastic_depth_rule": "linear",
     },
     "data": {
         "corpus": "tinyshakespeare",

@@ -250,6 +250,7 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log, data) -> RunResu
     if d.main:
         folder.save_tokenizer(data.tokenizer)
     raw_model = GPT(model_cfg, seed=init_seed).to(device)
+    raw_model.layer_drop_seed = dropout_seed  # stochastic depth: the same layers on every rank
     checkpoints = complete_checkpoints(folder.ckpt_dir)
     ckpt = (checkpoints[-1], *read_checkpoint(checkpoints[-1])) if checkpoints else None
     if ckpt:

@@ -101,6 +101,13 @@ def member_view(model: GPT, stacked: dict[str, torch.Tensor], k: int, device: to
     return model.to(device)  # buffers (ProRes alphas); the parameters are already there
 
 
+def seed_buffers(members: list["Member"]) -> dict[str, torch.Tensor]:
+    """The buffers that differ between seeds at one step (stochastic depth's k_l), each stacked over
+    the members like a parameter; without them every seed would use the template's."""
+    names = members[0].view.seed_buffers()
+    return {n: torch.stack([m.view.get_buffer(n) for m in members]) for n in names}
+
+
 def clip_per_seed(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Clip each seed's gradient to global norm `max_norm` (as clip_grad_norm_ does for one model);
     returns the K norms before clipping. grads[i] has shape (K, ...)."""
@@ -244,6 +251,7 @@ def _train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], rt: Runtime,
     stacked = stack_parameters(models, device)
     for m, model in zip(members, models):
         m.view = member_view(model, stacked, m.k, device)
+        m.view.layer_drop_seed = _seeds(m.cfg)[2]  # stochastic depth draws from the dropout stream
     template = members[0].view
     optimizer = build_optimizer(template, o_cfg, device.type, tensors=stacked)
     losses = StackedLoss(template, t_cfg.compile)
@@ -405,7 +413,7 @@ def _loop(members: list[Member], stacked: dict, optimizer, losses: StackedLoss, 
                 x = torch.stack([p[0] for p in pairs]).to(device, non_blocking=True)
                 y = torch.stack([p[1] for p in pairs]).to(device, non_blocking=True)
                 with autocast():
-                    seed_losses = losses.train_fn(stacked, x, y)
+                    seed_losses = losses.train_fn({**stacked, **seed_buffers(members)}, x, y)
                 if bool((nan_steps == step).any()):  # testing aid: poison the chosen seeds' losses
                     # a factor, not torch.where: where's backward would send 0 * NaN to every seed
                     poison = torch.where(nan_steps == step, float("nan"), 1.0).to(device)

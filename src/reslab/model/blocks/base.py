@@ -49,7 +49,7 @@ def attention(cfg: ModelConfig, layer: int, head_scale: bool = False) -> CausalS
         value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None,
         value_residual=value_residual, value_residual_init=cfg.value_residual_init,
         residual_attention=cfg.residual_attention, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
-        head_scale=head_scale)
+        head_scale=head_scale, xsa=cfg.xsa)
 
 
 def mlp(cfg: ModelConfig, mid_norm: bool = False) -> MLP:
@@ -71,4 +71,4 @@ def residual(cfg: ModelConfig, skip: bool = True, *, branch_scale: str | None = 
         branch_scale, branch_scale_init = cfg.branch_scale, cfg.branch_scale_init
     return Residual(skip=skip, gain=gain, prores=cfg.prores != "none", skip_scale=cfg.skip_scale,
                     branch_scale=branch_scale, branch_scale_init=branch_scale_init, dim=cfg.n_embd,
-                    orthogonal=cfg.residual_update == "orthogonal")
+                    orthogonal=cfg.residual_update == "orthogonal", stochastic_depth=cfg.stochastic_depth > 0)
