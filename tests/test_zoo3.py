@@ -828,6 +828,18 @@ def test_probe_sees_denseformer_as_pre_ln_and_attn_res_diluted():
     assert ratio("attn-res") < 0.5 < ratio("pre-ln")
 
 
+def test_variants_text_lists_the_model_wide_options_with_their_formulas(capsys):
+    from reslab.cli import main
+
+    assert main(["variants"]) == 0
+    out = capsys.readouterr().out
+    options = out.split("options that are [model] fields")[1]
+    for setting in ("qk_norm = true", 'residual_update = "orthogonal"', 'xsa = "full" | "gated"', "stochastic_depth = p"):
+        assert setting in options
+    xsa_designs = options.split('xsa = "full"')[1].split("designs: ")[1].split("\n")[0].split(", ")
+    assert "pre-ln" in xsa_designs and "ngpt" not in xsa_designs
+
+
 def test_variants_json_lists_zoo3(capsys):
     """`reslab variants --json`: every Zoo III design with its own options and defaults, and which
     designs take qk_norm and the orthogonal residual update."""

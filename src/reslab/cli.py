@@ -131,6 +131,7 @@ def config_hash(cfg) -> str:
 
 # ---- verbs -----------------------------------------------------------------------------------------
 def cmd_variants(args) -> None:
+    from .model.design import MODEL_OPTIONS
     from .model.registry import DESIGNS
     from .plugins import load_plugins
 
@@ -146,6 +147,10 @@ def cmd_variants(args) -> None:
         origin = f"  (plugin {r['plugin']}{version})" if r["plugin"] else ""
         options = f"  options: {', '.join(f'{k} = {v!r}' for k, v in r['options'].items())}" if r["options"] else ""
         print(f"{'':<{width}}  [{r['reference']}]{origin}{options}")
+    print("\noptions that are [model] fields (each design's flags in --json say which it takes):")
+    for setting, formula, flag in MODEL_OPTIONS:
+        takers = [d.name for d in DESIGNS.values() if getattr(d, flag)]
+        print(f"  {setting}: {formula}\n      designs: {', '.join(takers)}")
 
 
 def cmd_model(args) -> None:

@@ -20,6 +20,18 @@ ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun")
 
 
+# Options that are [model] fields and compose with many designs: (setting, formula, the Design flag
+# that allows it). `reslab variants` lists them after the designs.
+MODEL_OPTIONS = (
+    ("qk_norm = true", "Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per channel), before RoPE", "qk_norm"),
+    ("residual_update = \"orthogonal\"", "x + F - (<F, s x> / <s x, s x>) s x at every residual point", "learned_scales"),
+    ("xsa = \"full\" | \"gated\"", "y_i - g (<y_i, v_i> / <v_i, v_i>) v_i per head, before W_P; g = 1, or "
+     "tanh(a_h) with a_h = 0 at init (not with shaped attention)", "qk_norm"),
+    ("stochastic_depth = p", "training only: layer l's branches dropped for an update with probability p_l "
+     "(rule linear: p l / L; uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)", "learned_scales"),
+)
+
+
 @dataclass(frozen=True)
 class Design:
     name: str
