@@ -128,7 +128,10 @@ class GPT(nn.Module):
 
     def seed_buffers(self) -> dict[str, torch.Tensor]:
         """Buffers that differ between seeds at the same step (stochastic depth's k_l): a stack of
-        seeds passes each member's own, stacked like the weights (train/stacked.py)."""
+        seeds passes each member's own, stacked like the weights (train/stacked.py). Called every
+        update, so without stochastic depth it returns at once instead of scanning the buffers."""
+        if self.config.stochastic_depth == 0:
+            return {}
         return {name: b for name, b in self.named_buffers() if name.endswith(".keep")}
 
     @torch.no_grad()
