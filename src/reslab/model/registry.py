@@ -228,6 +228,11 @@ def _own_field_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list
     return errors
 
 
+def _own_attention() -> str:
+    """The designs with an attention of their own (qk_norm and xsa do not reach it), comma-separated."""
+    return ", ".join(n for n, x in DESIGNS.items() if not x.qk_norm)
+
+
 def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
     """Zoo II options (issue 9) that the design's flags do not allow."""
     errors = []
@@ -263,13 +268,13 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
         errors.append("model.stochastic_depth_rule: has no effect with stochastic_depth = 0; set a drop probability")
     if cfg.xsa != "off" and not d.qk_norm:
         errors.append(f"model.xsa: {d.name} has its own attention, which XSA does not reach; it applies to "
-                      f"the designs built on reslab's attention (not {', '.join(n for n, x in DESIGNS.items() if not x.qk_norm)})")
+                      f"the designs built on reslab's attention (not {_own_attention()})")
     if cfg.xsa != "off" and cfg.shaped_attention:
         errors.append("model.xsa: removes each token's own value from the attention output, which shaped "
                       "attention adds back (alpha I); set one of them to false")
     if cfg.qk_norm and not d.qk_norm:
         errors.append(f"model.qk_norm: {d.name} has its own attention, which QK-norm does not reach; "
-                      f"it applies to the designs built on reslab's attention (not {', '.join(n for n, x in DESIGNS.items() if not x.qk_norm)})")
+                      f"it applies to the designs built on reslab's attention (not {_own_attention()})")
     if cfg.skip_scale != "none" and cfg.attn_res is False and cfg.ffn_res is False:
         errors.append("model.skip_scale: there is no skip to scale (attn_res = ffn_res = false)")
     for needs, what in ((cfg.residual_update != "add", "residual_update = 'orthogonal'"),
