@@ -609,9 +609,10 @@ def test_option_refusals(design, fields, needle):
 # ---------------------------------------------------------------------------------------------
 # LAuReL: each residual point x = alpha F + beta (x + B A x) + B' A' sum_(j<i) gamma_j x_j
 # ---------------------------------------------------------------------------------------------
-def laurel_logits(model, idx, L, rw=True, rank=True, pa=False, softmax=True, pa_self=False):
-    """Written out point by point; softmax=False (raw w as alpha, beta) and pa_self (PA over x_1 .. x_i,
-    the point's own input in place of the embedding) are the wrong formulas."""
+def laurel_logits(model, idx, L, rw=True, rank=True, pa=False, softmax=True, pa_self=False, doubled=True):
+    """Written out point by point; softmax=False (raw w as alpha, beta), doubled=False (a bare softmax,
+    alpha + beta = 1) and pa_self (PA over x_1 .. x_i, the point's own input in place of the
+    embedding) are the wrong formulas."""
     r = Ref(L=L)
     xs = [ref_embed(model, idx)]                                     # x_0 .. x_i: every point's input
     x = xs[0]
@@ -621,7 +622,7 @@ def laurel_logits(model, idx, L, rw=True, rank=True, pa=False, softmax=True, pa_
             alpha, beta = 0.5, 0.5
         elif rw:
             w = p.rw_logits
-            alpha, beta = (torch.exp(w) / torch.exp(w).sum()) if softmax else w
+            alpha, beta = ((2.0 if doubled else 1.0) * torch.exp(w) / torch.exp(w).sum()) if softmax else w
         else:
             alpha, beta = 1.0, 1.0
         skip = x + (x @ p.lr_down.weight.T) @ p.lr_up.T if rank else x
@@ -647,7 +648,8 @@ def test_laurel_whole_model(rw, rank, pa):
     L = 3
     wrongs = [lambda m, i: laurel_logits(m, i, L, rw=not rw, rank=rank, pa=pa)]
     if rw:
-        wrongs.append(lambda m, i: laurel_logits(m, i, L, rw, rank, pa, softmax=False))
+        wrongs += [lambda m, i: laurel_logits(m, i, L, rw, rank, pa, softmax=False),
+                   lambda m, i: laurel_logits(m, i, L, rw, rank, pa, doubled=False)]
     if rank:
         wrongs.append(lambda m, i: laurel_logits(m, i, L, rw, 0, pa))
     if pa:
@@ -660,11 +662,12 @@ def test_laurel_whole_model(rw, rank, pa):
     assert gammas == ([0, 1, 2, 3, 4, 5] if pa else [0] * 6)       # point i reads x_0 .. x_(i-1)
 
 
-def test_laurel_without_rw_starts_as_pre_ln_exactly():
-    """B = B' = 0 at init: without RW the same seed gives pre-ln's logits bit for bit; with RW the
-    branch and the skip start at one half each."""
+@pytest.mark.parametrize("rw", [False, True])
+def test_laurel_starts_as_pre_ln_exactly(rw):
+    """B = B' = 0 and 2 softmax(0) = (1, 1) at init: with or without RW the same seed gives pre-ln's
+    logits bit for bit (a bare softmax would start at (1/2, 1/2) and fail this)."""
     kw = dict(n_layer=3, n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=3, dropout=0.0)
-    laurel = reslab.build_model("laurel", options={"rw": False, "pa": True}, **kw)
+    laurel = reslab.build_model("laurel", options={"rw": rw, "pa": True}, **kw)
     idx = token_input()
     with torch.no_grad():
         pre = reslab.build_model("pre-ln", **kw)
@@ -672,8 +675,7 @@ def test_laurel_without_rw_starts_as_pre_ln_exactly():
         shared = {k: v for k, v in laurel.state_dict().items() if k in pre.state_dict()}
         pre.load_state_dict(shared)
         assert torch.equal(laurel(idx), pre(idx))
-        with_rw = reslab.build_model("laurel", **kw)
-        assert with_rw.blocks[0].attn_point.weights()[0].item() == 0.5
+        assert [w.item() if rw else w for w in laurel.blocks[0].attn_point.weights()] == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("fields,needle", [

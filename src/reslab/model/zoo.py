@@ -248,7 +248,7 @@ def _laurel_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
 
 register_design("laurel", _BLOCKS + "laurel:LaurelBlock",
                 formula="each residual point: x = alpha F + beta (x + B A x) + B' A' sum_(j<i) gamma_j x_j, "
-                        "F = A(N1 x) or M(N2 x); (alpha, beta) = softmax(w) (RW, w = 0), B A of rank r (LR, "
+                        "F = A(N1 x) or M(N2 x); (alpha, beta) = 2 softmax(w) (RW, w = 0: (1, 1)), B A of rank r (LR, "
                         "B = 0), PA over the earlier points' inputs (gamma = 1, B' = 0); options rw, rank, pa",
                 reference="Menghani et al. 2025 (LAuReL, ICML)", stream="depth", options=LaurelOptions,
                 check=_laurel_check, partial_residual=False)

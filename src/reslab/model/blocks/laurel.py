@@ -4,16 +4,21 @@ The paper generalises the residual x_(i+1) = f(x_i) + x_i to x_(i+1) = alpha f(x
 Here each residual point i of a pre-ln block (attention, then MLP; f its branch, F = A(N1 x) or
 M(N2 x)) is one LAuReL layer, in the forms the options switch on:
 
-    RW (rw)        x_(i+1) = alpha F + beta x_i,            (alpha, beta) = softmax(w_i), w_i = 0 at init
+    RW (rw)        x_(i+1) = alpha F + beta x_i,            (alpha, beta) = 2 softmax(w_i), w_i = 0 at init
     LR (rank r)    x_(i+1) = alpha F + beta (x_i + B A x_i)     A: r x C, B: C x r, B = 0 at init
     PA (pa)        ... + B' A' (sum_(j<i) gamma_(i,j) x_j)       over the earlier residual points' inputs
                                                                  x_0 = emb, gamma = 1 and B' = 0 at init
     without rw: alpha = beta = 1; head input = N_final(x_L); a runtime branch gain g multiplies F
 
-So with rw = false the model starts as pre-ln exactly (B = B' = 0); with rw the branch and the skip
-start at one half each. A and A' are drawn like every weight (N(0, init_std)); the paper's choice of
-init was not available to check, only that the added terms start at zero so training starts from
-the plain residual. PA's low-rank map h_i is linear, so h_i applied to each x_j and summed equals h_i
+So the model starts as pre-ln exactly, with or without rw (B = B' = 0, and 2 softmax(0) = (1, 1)).
+RW's factor 2 keeps alpha + beta = 2, the plain residual's 1 + 1: a bare softmax would start every
+point at (1/2, 1/2) and scale the embedding by 2^-(2L), which collapses a deep model's tokens at
+init (measured: cosine 1.000 at 24 layers). The paper's body was not available here; the factor 2
+and w = 0 follow the reimplementation by MUDDFormer's authors, who train LAuReL as a baseline
+(xiaoda99/praxis, praxis/layers/transformers.py: `softmax(laurel_rw_weight) * 2`, weights [1, 1]).
+That code applies one LAuReL term per layer, with the low-rank map on the RMS-normed input; here
+each residual point is one LAuReL layer, as the paper's x_(i+1) = alpha f(x_i) + ... reads.
+A and A' are drawn like every weight (N(0, init_std)), so the added terms start at zero. PA's low-rank map h_i is linear, so h_i applied to each x_j and summed equals h_i
 applied to the gamma-weighted sum: one matmul per point, not one per earlier point. PA keeps every
 residual point's input (the depth stream), like DenseFormer; RW and LR keep none.
 Peer: HF transformers Gemma3nTextLaurelBlock (an LR term on the attention input, u + RMSNorm(W_R W_L u),
@@ -50,7 +55,7 @@ class LaurelPoint(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """w = 0 (alpha = beta = 1/2), B = B' = 0, gamma = 1 (A, A' are drawn by the init scheme)."""
+        """w = 0 (alpha = beta = 1), B = B' = 0, gamma = 1 (A, A' are drawn by the init scheme)."""
         with torch.no_grad():
             for p in (self.rw_logits, self.lr_up, self.pa_up):
                 if p is not None:
@@ -59,10 +64,10 @@ class LaurelPoint(nn.Module):
                 self.pa_gamma.fill_(1.0)
 
     def weights(self) -> tuple:
-        """(alpha, beta): softmax(w) with RW, (1, 1) without."""
+        """(alpha, beta): 2 softmax(w) with RW (alpha + beta = 2, as in x + F), (1, 1) without."""
         if self.rw_logits is None:
             return 1.0, 1.0
-        alpha, beta = self.rw_logits.softmax(dim=0)
+        alpha, beta = 2.0 * self.rw_logits.softmax(dim=0)
         return alpha, beta
 
     def forward(self, x: torch.Tensor, branch: torch.Tensor, previous: tuple = ()) -> torch.Tensor:

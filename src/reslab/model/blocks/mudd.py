@@ -14,12 +14,13 @@ and value inputs of the next attention and the residual stream (q, k, v, r).
 
 RMS is an RMSNorm without a gain. W1: C -> S(l+1), W2: S(l+1) -> S(l+1), one pair per layer
 (the hidden size is MUDDFormer's S(l+1), without its rounding to multiples of 64). b (S, l+1) is
-the static part. Initialisation (this implementation's choice, made to start as pre-ln, as the
-paper's transformer baseline): W2 = 0 and b = 1 on the newest output X_l, 0 elsewhere, so every
+the static part. Initialisation: W2 = 0 and b = 1 on the newest output X_l, 0 elsewhere, so every
 x_s is X_l and the model is pre-ln until the weights move (tested: pre-ln's logits up to
-rounding once pre-ln's weights are copied in). W1 follows the init scheme. Peer code read:
-MUDDFormer's PyTorch inference model (`MultiwayDynamicDenseBlock`, `dense_bs`), which gives the
-structure; its training init is in its Jax code, which was not read.
+rounding once pre-ln's weights are copied in). W1 follows reslab's init scheme (N(0, init_std));
+MUDDFormer's own training code draws it N(0, 1/sqrt(C)). Peer code read: MUDDFormer's PyTorch
+inference model (`MultiwayDynamicDenseBlock`, `dense_bs`), which gives the structure, and its
+authors' Jax training code (xiaoda99/praxis, `praxis/layers/transformers.py`), whose init is the
+same: `dynamic_dense_conn2` = 0 and `dense_bias_init_method = 'current_only'` (b = e_l).
 
 The stream's x is x_r, the residual input of the next block (after the last block: the head's mix).
 """
