@@ -1,5 +1,6 @@
-"""Built-in studies: one sweep spec per source study (this folder's *.toml), each with a `tiny`
-scale for a 2-core CPU and `paper` scales with the published hyperparameters."""
+"""Built-in studies: one sweep spec per source study (this folder's *.toml), each with a `smoke` scale
+(the pipeline in seconds, for tests, never a result), a `cpu` scale calibrated to give answers on a
+2-core CPU, and `paper` scales with the published hyperparameters."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from ..errors import ReslabError
 
 STUDY_DIR = Path(__file__).resolve().parent
 ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
-         "depth-scaling", "lr-sensitivity")  # the source studies' order (000 ... 004), then the cross-cutting ones
+         "depth-scaling", "lr-sensitivity", "depth-mixing", "speedrun-skips")
+# the source studies' order (000 ... 004), then the cross-cutting ones, then Zoo III's
 
 
 def study_names() -> list[str]:

@@ -177,7 +177,9 @@ def add_parsers(sub, parser_class) -> None:
     sp.set_defaults(func=cmd_study_spec)
     run = ssub.add_parser("run", help="run a study's sweep and write its report; prints the report folder last")
     run.add_argument("name")
-    run.add_argument("--scale", help="tiny (CPU minutes) or paper (published setup, GPUs); default tiny")
+    run.add_argument("--scale", help="smoke (the pipeline in seconds, never a result), cpu (answers on a "
+                     "2-core CPU) or paper (the published setup, GPUs); default: the study's default scale, "
+                     "cpu for every built-in study (`reslab study list` gives each scale's estimate)")
     add_run_options(run)
     run.add_argument("--jobs", type=int_in("--jobs", 1, MAX_JOBS),
                      help="parallel workers (default: one per GPU, else one per core)")

@@ -85,7 +85,7 @@ def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, 
 def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str,
                 scales: list[str] | None = None, tuned: list[dict] | None = None) -> None:
     """specs/<name>.json: the spec and its planned runs. The plan of each scale run now replaces that
-    scale's earlier plan; other scales' plans are kept (a tiny and a paper run of one study coexist).
+    scale's earlier plan; other scales' plans are kept (a cpu and a paper run of one study coexist).
     `scales` names the scales run now (default: those of `runs`; a scale whose rows all wait for
     tuning has no runs yet). `tuned`: the [tune] choices of those scales ("tuned" in the record)."""
     scales = set(scales) if scales is not None else {r.scale for r in runs}
