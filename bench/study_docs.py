@@ -217,8 +217,12 @@ CPU_MARGIN = 0.3
 
 
 def main_table(report: dict) -> str:
+    from reslab.report.tuning import grid_edge
+
     bigram = _num((report.get("reference") or {}).get("bigram"))
     cpu = (report.get("spec") or {}).get("scale") == "cpu"
+    grid = ((report.get("lr") or {}).get("tuning") or {}).get("values") or []
+    tuned = any("lr (tuned)" in (r.get("extra") or {}) for r in report.get("table") or [])
     rows = []
     for r in report.get("table") or []:
         best = r.get("best") or {}
@@ -248,10 +252,16 @@ def main_table(report: dict) -> str:
         if n < 3:
             flags.append(f"n = {n}")
         name = str(r.get("variant", DASH)) + (" (baseline)" if r.get("is_baseline") else "")
-        rows.append([name, f"{n}/{r.get('n_planned', n)}", value, interval, diff, below_text,
-                     ", ".join(flags) or DASH])
-    return md_table(["variant", "seeds", "best val loss (mean ± std)", "95% interval",
-                     "Δ vs baseline (Holm p)", "below bigram", "flags"], rows, "lrrrrrl")
+        lr = []
+        if tuned:   # each row's own tuned lr; at the grid's edge its best may lie outside the grid
+            v = _num((r.get("extra") or {}).get("lr (tuned)"))
+            edge = grid_edge(v, grid) if v is not None else None
+            lr = [DASH if v is None else f"{v:g}" + (f" ({edge} of grid)" if edge else "")]
+        rows.append([name, f"{n}/{r.get('n_planned', n)}", value, interval, diff, below_text] + lr
+                    + [", ".join(flags) or DASH])
+    head = ["variant", "seeds", "best val loss (mean ± std)", "95% interval", "Δ vs baseline (Holm p)",
+            "below bigram"] + (["lr (tuned)"] if tuned else []) + ["flags"]
+    return md_table(head, rows, "lrrrrr" + ("r" if tuned else "") + "l")
 
 
 def reference_line(report: dict) -> str:

@@ -222,3 +222,19 @@ def test_cpu_rows_short_of_the_margin_are_flagged(docs):
     assert "less than 0.3 below bigram" in lines[1]
     assert "not beyond bigram" in lines[2] and "less than 0.3" not in lines[2]
     assert "less than 0.3" not in docs.main_table(report("smoke", [2.3]))
+
+
+def test_each_rows_tuned_lr_is_shown_with_the_grids_edges_marked(docs):
+    """A report whose rows carry their tuned lr gets an "lr (tuned)" column; a value at either end of
+    the tuning grid is marked (the row's best may lie outside the grid). No tuning: no column."""
+    rows = [{"variant": f"v{i}", "n": 3, "best": {"mean": 2.0, "std": 0.01}, "extra": {"lr (tuned)": lr}}
+            for i, lr in enumerate([1e-3, 3e-3, 1e-2])]
+    report = {"spec": {"name": "s", "scale": "cpu"}, "reference": {"bigram": 2.5}, "table": rows,
+              "lr": {"tuning": {"values": [1e-3, 3e-3, 1e-2]}}}
+    table = docs.main_table(report).splitlines()
+    assert "| lr (tuned) |" in table[0]
+    cells = [line.split("|")[7].strip() for line in table[2:]]
+    assert cells == ["0.001 (bottom of grid)", "0.003", "0.01 (top of grid)"]
+    for r in rows:
+        del r["extra"]
+    assert "lr (tuned)" not in docs.main_table(report)

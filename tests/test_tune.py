@@ -265,7 +265,12 @@ def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
     assert blocks[0] == ("h2", "Learning rate: each design at its own")
     table = next(b for b in blocks if b[0] == "table")
     assert table[1] == ["row", "lr = 0.001", "lr = 0.01", "chosen"]
-    assert {r[0]: r[-1] for r in table[2]} == {v: f"{r['chosen']:g}" for v, r in rows.items()}
+    # with two values every choice is at an edge of the grid, and the table says which
+    edge = {v: "top" if r["chosen"] == max(VALUES) else "bottom" for v, r in rows.items()}
+    assert {v: r["edge"] for v, r in rows.items()} == edge
+    assert {r[0]: r[-1] for r in table[2]} == {v: f"{r['chosen']:g} (grid's {edge[v]} edge)" for v, r in rows.items()}
+    assert any(b[0] == "p" and b[1].startswith(f"{len(rows)} of {len(rows)} rows chose a value at the grid's edge")
+               for b in blocks)
     assert any(b[0] == "p" and "ties go to the smaller" in b[1] for b in blocks)
     assert not any(b[0] == "img" for b in blocks)
     # no [tune] here and no learning-rate grid: no section
@@ -283,3 +288,11 @@ def test_the_results_table_gives_each_row_its_tuned_value(tuned, tmp_path):
     shown = {t["variant"]: t["extra"].get("lr (tuned)") for t in report["table"]}
     assert shown == {c["variant"]: c["value"] for c in record["tuned"]}
     assert all(v is not None for v in shown.values())
+
+
+def test_grid_edge_marks_only_the_ends_of_a_grid_of_two_or_more():
+    from reslab.report.tuning import grid_edge
+
+    assert [grid_edge(v, [1e-3, 3e-3, 1e-2]) for v in (1e-3, 3e-3, 1e-2)] == ["bottom", None, "top"]
+    assert grid_edge(1e-3, [1e-3]) is None            # one value: no grid to be at the edge of
+    assert grid_edge(None, [1e-3, 1e-2]) is None      # not chosen yet

@@ -150,8 +150,16 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
         if key in chosen:
             value, note = chosen[key].get("value"), chosen[key].get("note")
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
-                            "values": table, "chosen": value, "note": note})
+                            "values": table, "chosen": value, "note": note, "edge": grid_edge(value, values)})
     return out
+
+
+def grid_edge(chosen, values: list) -> str | None:
+    """"top" or "bottom" when the chosen value is the grid's largest or smallest (of 2 or more values):
+    the row's best may lie outside the grid, so its comparison may not be at its own best rate."""
+    if chosen is None or len(values) < 2:
+        return None
+    return "top" if chosen == max(values) else "bottom" if chosen == min(values) else None
 
 
 def _draw_tuning(table: dict, path: Path, plots) -> bool:
@@ -365,12 +373,20 @@ def _tuning_blocks(t: dict) -> list[tuple]:
     rows = []
     for r in t.get("rows") or []:
         by_value = {e["value"]: e for e in r.get("values") or []}
-        chosen = _v(r.get("chosen")) + (f" ({r['note']})" if r.get("note") else "")
+        notes = [r["note"]] if r.get("note") else []
+        notes += [f"grid's {r['edge']} edge"] if r.get("edge") else []
+        chosen = _v(r.get("chosen")) + (f" ({'; '.join(notes)})" if notes else "")
         rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], len(seeds)) if v in by_value else DASH
                                             for v in values] + [chosen])
     if rows:
         b.append(("table", ["row"] + [f"{axis.rsplit('.', 1)[-1]} = {_v(v)}" for v in values] + ["chosen"],
                   rows, "l" + "r" * len(values) + "l"))
+    edges = [r for r in t.get("rows") or [] if r.get("edge")]
+    if edges:
+        top = sum(r["edge"] == "top" for r in edges)
+        b.append(("p", f"{len(edges)} of {len(t.get('rows') or [])} rows chose a value at the grid's edge "
+                       f"({top} at the top, {len(edges) - top} at the bottom): their best may lie outside the "
+                       f"grid, so they may not be compared at their own best rate. A wider grid settles it."))
     b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "
                    "or failed tuning run is worse than any value without; ties go to the smaller value; if "
                    "every value failed, the smallest is taken and the row says so. The tuning seeds are "
