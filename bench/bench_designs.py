@@ -64,6 +64,11 @@ EXTRAS = {
     "denseformer (dilation 2)": ("denseformer", {"options": {"dilation": 2}}),
     "attn-res (block of 2 layers)": ("attn-res", {"options": {"block_layers": 2}}),
     "speedrun without value embeddings": ("speedrun", {"options": {"value_embeds": False}}),
+    "laurel (pa)": ("laurel", {"options": {"pa": True}}),
+    "frac-connections (dynamic)": ("frac-connections", {"options": {"dynamic": True}}),
+    "pre-ln + qk-norm": ("pre-ln", {"qk_norm": True}),
+    "pre-ln + orthogonal residual": ("pre-ln", {"residual_update": "orthogonal"}),
+    "pre-ln + xsa gated": ("pre-ln", {"xsa": "gated"}),
 }
 
 # Study 001's reference setup: RMSNorm, ReLU MLP, no biases.
