@@ -357,6 +357,30 @@ def section(name: str, reports: list, builtin: bool, study, level: int, walls: d
     return "\n\n".join(parts)
 
 
+def glance(found: dict, names: list, level: int) -> str:
+    """Every verdict of the studies' first-scale reports in one table, with the counts: which published
+    findings this scale reproduced, contradicted or left open (each study's section has the reasons)."""
+    from reslab.report.claims import estimate_text, interval_text, p_text
+
+    rows, count = [], {}
+    for name in names:
+        for folder, report in found.get(name, [])[:1]:
+            scale = report["spec"].get("scale") or ""
+            for c in report.get("claims") or []:
+                verdict = str(c.get("verdict") or DASH)
+                count[verdict] = count.get(verdict, 0) + 1
+                rows.append([f"{name} ({scale})" if scale else name, str(c.get("statement") or DASH), verdict,
+                             estimate_text(c), interval_text(c), p_text(c)])
+    order = ["reproduced", "not reproduced", "inconclusive"]
+    counts = ", ".join(f"{count[v]} {v}" for v in order + sorted(set(count) - set(order)) if count.get(v))
+    return "\n\n".join([f"{'#' * level} Verdicts at a glance",
+                         (f"{len(rows)} published claims were tested" if len(rows) != 1 else
+                          "1 published claim was tested") + f": {counts}. Each study's section below "
+                         "gives the reasons, the sources and the rows they rest on.",
+                         md_table(["study", "claim", "verdict", "estimate", "95% interval", "p (Holm)"], rows,
+                                  "lllrrr")])
+
+
 def render_region(found: dict, studies: dict, walls: dict, level: int, figures: Path, target: Path,
                   notes: list, copies: dict) -> str:
     names = list(studies) + sorted(n for n in found if n not in studies)
@@ -366,6 +390,7 @@ def render_region(found: dict, studies: dict, walls: dict, level: int, figures: 
     parts = [HEADER]
     if any(r.get("claims") for reps in found.values() for _, r in reps):
         parts.append(RULES_TEXT)
+        parts.append(glance(found, names, level))
     for name in names:
         parts.append(section(name, found.get(name, []), name in studies, studies.get(name), level, walls, figures, target,
                              by_study.pop(name, []), copies))

@@ -100,6 +100,10 @@ def test_the_region_is_replaced_and_the_rest_is_byte_identical(docs, out):
     assert "#### Published claims and verdicts" in region
     assert "| none-collapses | Without skips it collapses | seed 000 | 3/3 failed |" in region
     assert "| reproduced |" in region
+    # every verdict once more in one table at the top, with the counts
+    glance = region[region.index("### Verdicts at a glance"):region.index("### alpha")]
+    assert "1 published claim was tested: 1 reproduced." in glance
+    assert "| alpha (tiny) | Without skips it collapses | reproduced | 3/3 failed |" in glance
     assert "[Validation loss](docs/studies/alpha-tiny-val_loss.png)" in region
     assert (out / "docs" / "studies" / "alpha-tiny-val_loss.png").read_bytes() == PNG
     # every built-in study is listed; one without a report says so instead of keeping old numbers

@@ -752,7 +752,7 @@ def _evaluate_one(claim: dict, rows: list[dict], reference: dict | None) -> dict
 
 
 # ---- report blocks -------------------------------------------------------------------------------
-def _interval_text(r: dict) -> str:
+def interval_text(r: dict) -> str:
     lo, hi = r.get("ci_low"), r.get("ci_high")
     if lo is None or hi is None:
         return "—"
@@ -763,7 +763,7 @@ def _interval_text(r: dict) -> str:
     return f"[{lo:+.4f}, {hi:+.4f}]"
 
 
-def _estimate_text(r: dict) -> str:
+def estimate_text(r: dict) -> str:
     est = r.get("estimate")
     if r.get("kind") in ("fails", "trains"):
         return "—" if not r.get("n") else f"{r.get('failed', 0)}/{r['n']} failed"
@@ -772,7 +772,7 @@ def _estimate_text(r: dict) -> str:
     return f"{est:.4f}" if r.get("kind") == "spread" else f"{est:+.4f}"
 
 
-def _p_text(r: dict) -> str:
+def p_text(r: dict) -> str:
     if r.get("p_holm") is None:
         return "—"
     return f"{r['p_holm']:.3g} (raw {r['p']:.3g})"
@@ -795,7 +795,7 @@ def claim_blocks(report: dict) -> list[tuple]:
         test = r.get("test") or "—"
         n = r.get("n")
         body.append([str(r.get("id", "—")), str(r.get("statement") or "—"), str(r.get("source") or "—"),
-                     _estimate_text(r), _interval_text(r), test if n is None else f"{test}, n = {n}",
-                     _p_text(r), str(r.get("verdict") or "—"), str(r.get("reason") or "—")])
+                     estimate_text(r), interval_text(r), test if n is None else f"{test}, n = {n}",
+                     p_text(r), str(r.get("verdict") or "—"), str(r.get("reason") or "—")])
     return [("h2", "Published claims and verdicts"), ("table", headers, body, "lllrrlrll"),
             ("p", RULES_TEXT)]
