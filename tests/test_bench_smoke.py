@@ -72,11 +72,17 @@ def test_bench_engine_nanogpt_cpu_run_mode(tmp_path):
     assert math.isfinite(res["final_val_loss"]) and res["best_val_loss"] <= res["evaluations"][0][1]
 
 
-def test_bench_designs_quick():
-    proc = _run("bench_designs.py", "--quick", "--threads", "1")
+def test_bench_designs_quick(tmp_path):
+    out = tmp_path / "designs.json"
+    proc = _run("bench_designs.py", "--quick", "--threads", "1", "--json", str(out))
     text = proc.stdout
-    for needle in ("## setup", "design", "tokens/s vs pre-ln", "pre-ln", "post-ln"):
+    for needle in ("## setup", "design", "tokens/s vs pre-ln", "vs pre-ln, same round", "pre-ln", "post-ln"):
         assert needle in text, f"missing {needle!r} in:\n{text}"
+    rows = {r["label"]: r for r in json.loads(out.read_text())["setups"][0]["rows"]}
+    assert rows["pre-ln"]["tokens_per_s_vs_pre_ln_same_round"] == 1.0   # its own rounds: exactly 1
+    for r in rows.values():   # the same-round ratio is a median of per-round ratios: within their range
+        per_round = [b / d for b, d in zip(rows["pre-ln"]["step_ms_round_medians"], r["step_ms_round_medians"])]
+        assert min(per_round) <= r["tokens_per_s_vs_pre_ln_same_round"] <= max(per_round)
 
 
 def test_bench_depth_memory_quick(tmp_path):
