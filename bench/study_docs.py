@@ -364,7 +364,7 @@ def glance(found: dict, names: list, level: int) -> str:
 
     rows, count = [], {}
     for name in names:
-        for folder, report in found.get(name, [])[:1]:
+        for _, report in found.get(name, [])[:1]:
             scale = report["spec"].get("scale") or ""
             for c in report.get("claims") or []:
                 verdict = str(c.get("verdict") or DASH)

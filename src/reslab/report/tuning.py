@@ -370,8 +370,8 @@ def _tuning_blocks(t: dict) -> list[tuple]:
                             f"{metric} over them. The comparison runs of a row use its chosen value.")]
     if t.get("note"):
         b.append(("p", str(t["note"])))
-    rows = []
-    for r in t.get("rows") or []:
+    rows, table_rows = [], t.get("rows") or []
+    for r in table_rows:
         by_value = {e["value"]: e for e in r.get("values") or []}
         notes = [r["note"]] if r.get("note") else []
         notes += [f"grid's {r['edge']} edge"] if r.get("edge") else []
@@ -381,10 +381,10 @@ def _tuning_blocks(t: dict) -> list[tuple]:
     if rows:
         b.append(("table", ["row"] + [f"{axis.rsplit('.', 1)[-1]} = {_v(v)}" for v in values] + ["chosen"],
                   rows, "l" + "r" * len(values) + "l"))
-    edges = [r for r in t.get("rows") or [] if r.get("edge")]
+    edges = [r for r in table_rows if r.get("edge")]
     if edges:
         top = sum(r["edge"] == "top" for r in edges)
-        b.append(("p", f"{len(edges)} of {len(t.get('rows') or [])} rows chose a value at the grid's edge "
+        b.append(("p", f"{len(edges)} of {len(table_rows)} rows chose a value at the grid's edge "
                        f"({top} at the top, {len(edges) - top} at the bottom): their best may lie outside the "
                        f"grid, so they may not be compared at their own best rate. A wider grid settles it."))
     b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "

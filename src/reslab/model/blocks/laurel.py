@@ -18,8 +18,9 @@ and w = 0 follow the reimplementation by MUDDFormer's authors, who train LAuReL 
 (xiaoda99/praxis, praxis/layers/transformers.py: `softmax(laurel_rw_weight) * 2`, weights [1, 1]).
 That code applies one LAuReL term per layer, with the low-rank map on the RMS-normed input; here
 each residual point is one LAuReL layer, as the paper's x_(i+1) = alpha f(x_i) + ... reads.
-A and A' are drawn like every weight (N(0, init_std)), so the added terms start at zero. PA's low-rank map h_i is linear, so h_i applied to each x_j and summed equals h_i
-applied to the gamma-weighted sum: one matmul per point, not one per earlier point. PA keeps every
+A and A' are drawn like every weight (N(0, init_std)), so the added terms start at zero. PA's
+low-rank map h_i is linear, so h_i applied to each x_j and summed equals h_i applied to the
+gamma-weighted sum: one matmul per point, not one per earlier point. PA keeps every
 residual point's input (the depth stream), like DenseFormer; RW and LR keep none.
 Peer: HF transformers Gemma3nTextLaurelBlock (an LR term on the attention input, u + RMSNorm(W_R W_L u),
 not this form: Gemma 3n adds it beside attention and divides the sum by sqrt 2).
