@@ -17,6 +17,13 @@ _SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "da
 if "RESLAB_DATA_DIR" not in os.environ and os.path.isfile(os.path.join(_SHARED_DATA, "tinyshakespeare", "input.txt")):
     os.environ["RESLAB_DATA_DIR"] = os.path.abspath(_SHARED_DATA)
 
+# Under pytest-xdist (`-n auto`, the README's command) every worker is its own process: give each
+# its share of the CPUs this process may use, so that N workers do not run N x all-cores threads.
+# The processes a test starts (train, sweep workers) keep their own thread settings.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, _cpus // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 
 @pytest.fixture(autouse=True)
 def _float32_default():
