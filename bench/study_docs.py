@@ -221,7 +221,8 @@ def main_table(report: dict) -> str:
 
     bigram = _num((report.get("reference") or {}).get("bigram"))
     cpu = (report.get("spec") or {}).get("scale") == "cpu"
-    grid = ((report.get("lr") or {}).get("tuning") or {}).get("values") or []
+    tuning = (report.get("lr") or {}).get("tuning") or {}
+    grid = tuning.get("grid") or tuning.get("values") or []   # the [tune] grid, before any extension
     tuned = any("lr (tuned)" in (r.get("extra") or {}) for r in report.get("table") or [])
     rows = []
     for r in report.get("table") or []:
@@ -253,10 +254,13 @@ def main_table(report: dict) -> str:
             flags.append(f"n = {n}")
         name = str(r.get("variant", DASH)) + (" (baseline)" if r.get("is_baseline") else "")
         lr = []
-        if tuned:   # each row's own tuned lr; at the grid's edge its best may lie outside the grid
+        if tuned:   # each row's own tuned lr; at an end of the values it tried its best may lie beyond
             v = _num((r.get("extra") or {}).get("lr (tuned)"))
-            edge = grid_edge(v, grid) if v is not None else None
-            lr = [DASH if v is None else f"{v:g}" + (f" ({edge} of grid)" if edge else "")]
+            edge = r["tuned_edge"] if "tuned_edge" in r else (grid_edge(v, grid) if v is not None else None)
+            mark = f"{edge} of grid" if edge else ""
+            if v is not None and grid and v not in grid:
+                mark = f"{edge} of extended grid" if edge else "beyond the [tune] grid"
+            lr = [DASH if v is None else f"{v:g}" + (f" ({mark})" if mark else "")]
         rows.append([name, f"{n}/{r.get('n_planned', n)}", value, interval, diff, below_text] + lr
                     + [", ".join(flags) or DASH])
     head = ["variant", "seeds", "best val loss (mean ± std)", "95% interval", "Δ vs baseline (Holm p)",

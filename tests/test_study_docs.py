@@ -239,6 +239,13 @@ def test_each_rows_tuned_lr_is_shown_with_the_grids_edges_marked(docs):
     assert "| lr (tuned) |" in table[0]
     cells = [line.split("|")[7].strip() for line in table[2:]]
     assert cells == ["0.001 (bottom of grid)", "0.003", "0.01 (top of grid)"]
+    # tune.extend: the row's own edge (as the sweep recorded it) decides, and a value the row added
+    # beyond the [tune] grid says so
+    report["lr"]["tuning"] = {"grid": [1e-3, 3e-3, 1e-2], "values": [1e-3, 3e-3, 1e-2, 3e-2, 9e-2]}
+    for r, (lr, edge) in zip(rows, [(1e-2, None), (3e-2, None), (9e-2, "top")]):
+        r["extra"]["lr (tuned)"], r["tuned_edge"] = lr, edge
+    cells = [line.split("|")[7].strip() for line in docs.main_table(report).splitlines()[2:]]
+    assert cells == ["0.01", "0.03 (beyond the [tune] grid)", "0.09 (top of extended grid)"]
     for r in rows:
         del r["extra"]
     assert "lr (tuned)" not in docs.main_table(report)

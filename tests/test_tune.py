@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -246,6 +247,15 @@ def test_the_study_estimate_counts_the_tuning_runs(tmp_path):
     line = _estimate_line(spec, "", 2, 2, tuning=8)
     assert line.startswith("10 runs (8 tuning, 2 comparison), 2 workers: about 5 min")
     assert _estimate_line(spec, "", 2, 2).startswith("2 runs, 2 workers: about 1 min")
+    line = _estimate_line(spec, "", 2, 2, tuning=8, extension=4)   # tune.extend's bound is said, not priced
+    assert line.startswith("10 runs (8 tuning, 2 comparison) and up to 4 more, 2 workers: about 5 min")
+
+
+def test_the_most_an_extension_can_add_is_rows_x_extend_x_tuning_seeds(tmp_path):
+    from reslab.sweep.tune import most_extension_runs
+
+    assert most_extension_runs(parse_spec(_tune_dict(tmp_path))) == 0
+    assert most_extension_runs(parse_spec(_tune_dict(tmp_path, extend=2))) == 2 * 2 * len(TUNE_SEEDS)
 
 
 def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
@@ -269,7 +279,8 @@ def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
     edge = {v: "top" if r["chosen"] == max(VALUES) else "bottom" for v, r in rows.items()}
     assert {v: r["edge"] for v, r in rows.items()} == edge
     assert {r[0]: r[-1] for r in table[2]} == {v: f"{r['chosen']:g} (grid's {edge[v]} edge)" for v, r in rows.items()}
-    assert any(b[0] == "p" and b[1].startswith(f"{len(rows)} of {len(rows)} rows chose a value at the grid's edge")
+    assert any(b[0] == "p" and b[1].startswith(f"{len(rows)} of {len(rows)} rows chose a value at an end of the "
+                                               "values they tried") and "or tune.extend, settles it" in b[1]
                for b in blocks)
     assert any(b[0] == "p" and "ties go to the smaller" in b[1] for b in blocks)
     assert not any(b[0] == "img" for b in blocks)
@@ -296,3 +307,132 @@ def test_grid_edge_marks_only_the_ends_of_a_grid_of_two_or_more():
     assert [grid_edge(v, [1e-3, 3e-3, 1e-2]) for v in (1e-3, 3e-3, 1e-2)] == ["bottom", None, "top"]
     assert grid_edge(1e-3, [1e-3]) is None            # one value: no grid to be at the edge of
     assert grid_edge(None, [1e-3, 1e-2]) is None      # not chosen yet
+
+
+# ---- tune.extend: a row whose best is an end of its grid tries values beyond it -----------------------
+def test_next_value_is_one_geometric_step_rounded_to_two_digits():
+    from reslab.sweep.tune import next_value
+
+    assert next_value([3e-3, 1e-2, 3e-2], "top") == 0.09          # 3e-2 * (3e-2 / 1e-2)
+    assert next_value([3e-3, 1e-2, 3e-2], "bottom") == 0.0009     # 3e-3 / (1e-2 / 3e-3), rounded
+    assert next_value([1e-3, 3e-3, 1e-2], "bottom") == 0.00033    # 1e-3 / 3, to 2 significant digits
+    assert next_value([1e-3, 1e-2], "top") == 0.1
+    assert next_value([100, 200], "top") == 400 and isinstance(next_value([100, 200], "top"), int)
+    assert next_value([100, 200], "bottom") == 50
+    assert next_value([1, 2], "bottom") is None                   # 0.5 rounds to 0 on an integer axis: no value
+    assert next_value([0.0, 1e-3], "bottom") is None              # no geometric step from 0
+
+
+def _fake_results(monkeypatch, loss_of):
+    """tune._status answers from loss_of(variant, lr) (None: the run has not finished)."""
+    import reslab.sweep.tune as tune
+
+    def status(store, run):
+        loss = loss_of(run.variant, run.grid["optim.lr"])
+        return {} if loss is None else {"status": "completed", "best_val_loss": loss}
+    monkeypatch.setattr(tune, "_status", status)
+
+
+def test_a_row_at_an_end_extends_until_its_best_is_inside(tmp_path, monkeypatch):
+    from reslab.sweep.tune import tuning_plan
+
+    data = _tune_dict(tmp_path, values=[1e-3, 1e-2], extend=2)
+    data["base"]["optim"]["min_lr"] = 1e-5
+    spec = parse_spec(data)
+    # full: best at 0.1, one step above the grid; none: best at 1e-3, and 1e-4 is worse
+    curve = {"full": {1e-4: 3.0, 1e-3: 2.5, 1e-2: 2.2, 0.1: 2.0, 1.0: 2.9},
+             "none": {1e-4: 3.1, 1e-3: 3.0, 1e-2: 3.2}}
+    _fake_results(monkeypatch, lambda v, lr: curve[v].get(lr))
+    runs, choices = tuning_plan(spec, None)
+    by = {c["variant"]: c for c in choices}
+    assert by["full"]["value"] == 0.1 and by["full"]["edge"] is None
+    assert by["full"]["extended"] == {"top": 2, "bottom": 0}   # tried 0.1 (best) and 1.0 (worse): inside
+    assert [e["value"] for e in by["full"]["values"]] == [1e-3, 1e-2, 0.1, 1.0]
+    assert by["none"]["value"] == 1e-3 and by["none"]["extended"] == {"top": 0, "bottom": 1}
+    assert [e["value"] for e in by["none"]["values"]] == [1e-4, 1e-3, 1e-2]
+    # each added value is every tuning seed's run of that row only, planned as the grid would have it
+    added = sorted((r.variant, r.grid["optim.lr"], r.seed) for r in runs if r.grid["optim.lr"] not in (1e-3, 1e-2))
+    assert added == sorted([("full", 0.1, s) for s in TUNE_SEEDS] + [("full", 1.0, s) for s in TUNE_SEEDS]
+                           + [("none", 1e-4, s) for s in TUNE_SEEDS])
+    wider = {r.id for r in tuning_runs(spec.replace(tune=dataclasses.replace(spec.tune, values=[1e-4, 1e-3, 1e-2, 0.1, 1.0])))}
+    assert {r.id for r in runs} <= wider  # the same identities as a grid that held those values
+
+
+def test_an_extension_stops_at_its_limit_and_waits_for_unfinished_runs(tmp_path, monkeypatch):
+    from reslab.sweep.tune import choice_line, tuning_plan
+
+    spec = parse_spec(_tune_dict(tmp_path, values=[1e-3, 1e-2], extend=1))
+    _fake_results(monkeypatch, lambda v, lr: 2.0 - lr)   # always better higher: the top, then the limit
+    _, choices = tuning_plan(spec, None)
+    assert all(c["value"] == 0.1 and c["edge"] == "top" and c["extended"] == {"top": 1, "bottom": 0} for c in choices)
+    assert "the top of its values, 1 of them beyond the grid: its best may lie beyond" in choice_line("demo", choices[0])
+    # while the added value's runs are unfinished the row has no value yet, and its runs are planned
+    _fake_results(monkeypatch, lambda v, lr: None if lr == 0.1 else 2.0 - lr)
+    runs, choices = tuning_plan(spec, None)
+    assert all(c["value"] is None for c in choices)
+    assert sum(r.grid["optim.lr"] == 0.1 for r in runs) == 2 * len(TUNE_SEEDS)
+    # a value the config refuses ends the extension, and the row says why
+    _fake_results(monkeypatch, lambda v, lr: 2.0 + lr)   # always better lower: 1e-4 is below optim.min_lr 3e-4
+    runs, choices = tuning_plan(spec, None)
+    assert len(runs) == len(tuning_runs(spec))
+    for c in choices:
+        assert c["value"] == 1e-3 and c["edge"] == "bottom" and c["extended"] == {"top": 0, "bottom": 0}
+        assert c["note"] == "cannot try 0.0001 beyond the bottom: optim.min_lr: must be in [0, lr=0.0001], got 0.0003 (and 3 more runs)"
+    # without extend nothing is added: the edge is only reported
+    plain = parse_spec(_tune_dict(tmp_path, values=[1e-3, 1e-2]))
+    _fake_results(monkeypatch, lambda v, lr: 2.0 - lr)
+    runs, choices = tuning_plan(plain, None)
+    assert len(runs) == len(tuning_runs(plain)) and all(c["edge"] == "top" for c in choices)
+
+
+def test_a_sweep_with_extend_trains_the_added_values_and_a_rerun_trains_nothing(tmp_path, capsys):
+    data = _tune_dict(tmp_path, values=[1e-5, 1e-4], extend=1, seeds=[9001])
+    data["base"]["optim"]["min_lr"] = 1e-6
+    spec = parse_spec(data)
+    store, result = _sweep(spec, tmp_path / "store")
+    tuned = store.load_spec_record("demo")["tuned"]
+    tried = {c["variant"]: [e["value"] for e in c["values"]] for c in tuned}
+    assert any(len(v) == 3 for v in tried.values()), tried  # six updates at 1e-5 or 1e-4: the top wins, so 1e-3 is tried
+    losses: dict[str, dict] = {}
+    for r in store.runs(spec="demo.tune"):
+        assert r["status"] == "completed"
+        losses.setdefault(r["variant"], {})[json.loads(r["grid"])["optim.lr"]] = r["best_val_loss"]
+    for c in tuned:  # the choice is the argmin over every value the row tried
+        assert sorted(losses[c["variant"]]) == tried[c["variant"]]
+        assert c["value"] == min(tried[c["variant"]], key=lambda v: (losses[c["variant"]][v], v))
+    assert result.tuning == sum(map(len, tried.values())) == len(store.runs(spec="demo.tune"))
+    recorded = store.load_spec_record("demo.tune")["runs"]  # the tuning record plans the added runs too
+    assert len(recorded) == result.tuning
+    for r in store.runs(spec="demo"):
+        assert json.loads(r["config"])["optim"]["lr"] == next(c["value"] for c in tuned if c["variant"] == r["variant"])
+    # a rerun replays the same rounds from the finished runs: nothing trains, the same choices
+    store.close()
+    store, again = _sweep(spec, tmp_path / "store")
+    assert again.skipped == again.planned == result.planned and again.tuning == result.tuning
+    assert store.load_spec_record("demo")["tuned"] == tuned
+    # the report's tuning table has a column per value tried, and says which rows went beyond the grid
+    section = lr_section(store.load_spec_record("demo")["spec"], store, "demo", "", [], tmp_path / "fig")
+    assert section["tuning"]["values"] == sorted({v for vs in tried.values() for v in vs})
+    blocks = lr_blocks({"lr": section})
+    assert any(b[0] == "p" and "tried values beyond it" in b[1] for b in blocks)
+    # `sweep plan` lists the added runs with the grid's and says how many there are
+    store.close()
+    assert main(["sweep", "plan", str(write_spec(tmp_path, data)), "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    grown = result.tuning - len(tuning_runs(spec))
+    assert f", {result.tuning} runs; tune.extend = 1: a row whose best is an end of its values tries up to 1 more " \
+           f"beyond it ({grown} such runs so far)" in out.splitlines()[0]
+    assert sum(" completed " in line for line in out.splitlines()) == result.planned
+
+
+@pytest.mark.parametrize("change, line", [
+    ({"extend": 5}, "tune.extend: the values a row may add beyond an end of its grid must be 0 to 4, got 5"),
+    ({"extend": -1}, "tune.extend: the values a row may add beyond an end of its grid must be 0 to 4, got -1"),
+    ({"extend": 1, "axis": "optim.warmup_steps", "values": [0, 100]},
+     "tune.extend: extends the grid in geometric steps, so every value must be > 0, got 0; set extend = 0 or give "
+     "positive values"),
+])
+def test_a_bad_extend_is_one_line(tmp_path, change, line):
+    with pytest.raises(ConfigError) as e:
+        parse_spec(_tune_dict(tmp_path, **change))
+    assert e.value.errors == [f"spec: {line}"]

@@ -291,6 +291,8 @@ def _add_tuned_values(table: list[dict], row_key: dict, record: dict, scale: str
         for t in table:
             if row_key[t["variant"]] == key:
                 t["extra"][f"{str(choice.get('axis', 'value')).rsplit('.', 1)[-1]} (tuned)"] = choice["value"]
+                if "edge" in choice:  # an end of the values the row tried (tune.extend may have added some)
+                    t["tuned_edge"] = choice["edge"]
 
 
 def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baseline: str | None,

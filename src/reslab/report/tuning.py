@@ -30,6 +30,7 @@ import math
 from pathlib import Path
 
 from ..errors import ReslabError
+from ..sweep.tune import grid_edge  # noqa: F401  (the report's and study_docs' name for it)
 from . import stats
 
 DASH = "—"
@@ -121,12 +122,14 @@ def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict],
 # ---- tuning ----------------------------------------------------------------------------------------
 def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> dict:
     """Per row: each value's mean metric over the tuning seeds and its n, and the chosen value
-    (as the sweep recorded it; recomputed by the same rule where the record has none)."""
+    (as the sweep recorded it; recomputed by the same rule where the record has none). A row's values
+    are the grid's and any it added beyond an end (tune.extend); "values" is their union."""
     from ..sweep.tune import pick, tune_name
 
     axis, metric, values = tune["axis"], tune.get("metric") or "best_val_loss", sorted(tune["values"])
     seeds = list(tune.get("seeds") or [])
-    out = {"axis": axis, "metric": metric, "values": values, "seeds": seeds, "rows": [], "note": None}
+    out = {"axis": axis, "metric": metric, "values": values, "seeds": seeds, "rows": [], "note": None,
+           "grid": list(values), "extend": tune.get("extend") or 0}
     try:
         planned = [r for r in store.load_spec_record(tune_name(spec_name)).get("runs", []) if r.get("scale") == scale]
         recorded = [c for c in store.load_spec_record(spec_name).get("tuned") or []
@@ -146,20 +149,16 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
         row["results"].setdefault(grid.get(axis), []).append((r.get("status") or "pending", r.get(metric)))
     chosen = {json.dumps([c.get("variant"), c.get("grid") or {}], sort_keys=True): c for c in recorded}
     for key, row in rows.items():
-        value, table, note = pick(values, row["results"], len(seeds))
+        row_values = sorted(v for v in row["results"] if _finite(v))
+        value, table, note = pick(row_values, row["results"], len(seeds))
         if key in chosen:
             value, note = chosen[key].get("value"), chosen[key].get("note")
+        added = [v for v in row_values if v not in values]
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
-                            "values": table, "chosen": value, "note": note, "edge": grid_edge(value, values)})
+                            "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_values),
+                            "added": added})
+    out["values"] = sorted(set(values).union(*(r["added"] for r in out["rows"])))
     return out
-
-
-def grid_edge(chosen, values: list) -> str | None:
-    """"top" or "bottom" when the chosen value is the grid's largest or smallest (of 2 or more values):
-    the row's best may lie outside the grid, so its comparison may not be at its own best rate."""
-    if chosen is None or len(values) < 2:
-        return None
-    return "top" if chosen == max(values) else "bottom" if chosen == min(values) else None
 
 
 def _draw_tuning(table: dict, path: Path, plots) -> bool:
@@ -374,19 +373,28 @@ def _tuning_blocks(t: dict) -> list[tuple]:
     for r in table_rows:
         by_value = {e["value"]: e for e in r.get("values") or []}
         notes = [r["note"]] if r.get("note") else []
-        notes += [f"grid's {r['edge']} edge"] if r.get("edge") else []
+        notes += [f"grid's {r['edge']} edge" + (" after extending it" if r.get("added") else "")] if r.get("edge") else []
         chosen = _v(r.get("chosen")) + (f" ({'; '.join(notes)})" if notes else "")
         rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], len(seeds)) if v in by_value else DASH
                                             for v in values] + [chosen])
     if rows:
         b.append(("table", ["row"] + [f"{axis.rsplit('.', 1)[-1]} = {_v(v)}" for v in values] + ["chosen"],
                   rows, "l" + "r" * len(values) + "l"))
+    grown = [r for r in table_rows if r.get("added")]
+    if grown:
+        b.append(("p", f"{len(grown)} of {len(table_rows)} rows chose an end of the grid "
+                       f"({', '.join(_v(v) for v in t.get('grid') or [])}) and tried values beyond it, one "
+                       f"geometric step at a time, up to {t.get('extend')} a side (tune.extend): "
+                       + "; ".join(f"{r['name']} {', '.join(_v(v) for v in r['added'])}" for r in grown)
+                       + ". A cell with — is a value that row did not try."))
     edges = [r for r in table_rows if r.get("edge")]
     if edges:
         top = sum(r["edge"] == "top" for r in edges)
-        b.append(("p", f"{len(edges)} of {len(table_rows)} rows chose a value at the grid's edge "
-                       f"({top} at the top, {len(edges) - top} at the bottom): their best may lie outside the "
-                       f"grid, so they may not be compared at their own best rate. A wider grid settles it."))
+        wider = ("Its grid was already extended as far as tune.extend allows; a larger tune.extend or a "
+                 "wider grid settles it." if t.get("extend") else "A wider grid, or tune.extend, settles it.")
+        b.append(("p", f"{len(edges)} of {len(table_rows)} rows chose a value at an end of the values they "
+                       f"tried ({top} at the top, {len(edges) - top} at the bottom): their best may lie beyond, "
+                       f"so they may not be compared at their own best rate. {wider}"))
     b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "
                    "or failed tuning run is worse than any value without; ties go to the smaller value; if "
                    "every value failed, the smallest is taken and the row says so. The tuning seeds are "

@@ -10,18 +10,24 @@ from ..errors import ReslabError
 from . import load_study, study_names, study_path
 
 
-def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0) -> str:
+def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, extension: int = 0) -> str:
     """The study's cost before it starts. `runs`: its comparison runs, `tuning`: its [tune] runs
-    (an estimate's `runs` counts both, as the whole study trains both)."""
+    (an estimate's `runs` counts both, as the whole study trains both), `extension`: the most
+    tuning runs tune.extend may add (rows whose best is an end of the grid; not in the estimate)."""
     total = runs + tuning
     count = f"{total} runs ({tuning} tuning, {runs} comparison)" if tuning else f"{runs} runs"
+    more = ""
+    if extension:
+        count += f" and up to {extension} more"
+        more = (f"; up to {extension} more tuning runs if rows' best values sit at an end of the grid "
+                f"(tune.extend = {spec.tune.extend}), at about the same cost each")
     est = spec.study.estimates.get(scale) if spec.study else None
     if est is None:
-        return f"{count}; no cost estimate for scale {scale!r}"
+        return f"{count}; no cost estimate for scale {scale!r}{more}"
     if est.cpu_minutes is not None:
         minutes = est.cpu_minutes * total / est.runs * est.jobs / jobs
         return (f"{count}, {jobs} workers: about {minutes:.0f} min on a 2-core CPU "
-                f"({est.basis}: {est.cpu_minutes:g} min for {est.runs} runs with {est.jobs} workers)")
+                f"({est.basis}: {est.cpu_minutes:g} min for {est.runs} runs with {est.jobs} workers){more}")
     if est.gpu_hours is None:  # a scale whose cost is yet to be measured
         return f"{count}: cost not measured yet ({est.basis or 'no figure'})"
     hours = est.gpu_hours * total / est.runs
@@ -78,7 +84,7 @@ def cmd_study_run(args) -> int:
     from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
     from ..sweep.store import Store
-    from ..sweep.tune import all_planned, check_override_conflict, tune_name, tuning_runs
+    from ..sweep.tune import all_planned, check_override_conflict, most_extension_runs, tune_name, tuning_runs
 
     spec = _load(args.name)
     scale = args.scale if args.scale is not None else (spec.default_scales or list(spec.scales))[0]
@@ -93,7 +99,8 @@ def cmd_study_run(args) -> int:
     check_runs(runs, local=True)
     root = writable_store(args)  # before the estimate line: a refused study prints one line only
     jobs = args.jobs or default_jobs(runs)
-    line = _estimate_line(spec, scale, len(runs) - n_tuning + later, jobs, tuning=n_tuning)
+    line = _estimate_line(spec, scale, len(runs) - n_tuning + later, jobs, tuning=n_tuning,
+                          extension=most_extension_runs(spec, [scale]))
     print(f"study {args.name}, scale {scale}: {line}", file=sys.stderr)
     store = Store(root)
     check_spec_record(store, spec.name)

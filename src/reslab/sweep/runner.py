@@ -221,7 +221,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
     A scale with a [tune] table runs in two phases (sweep/tune.py): first the tuning sweep
     <spec>.tune, then each row's chosen value is recorded and the comparison runs are trained at it.
     The result counts the runs of both phases."""
-    from .tune import check_override_conflict, choice_line, choose, tuned_values, tuning_runs, tuning_spec
+    from .tune import check_override_conflict, choice_line, extension_line, tuned_values, tuning_plan, tuning_runs, tuning_spec
 
     if jobs is not None and jobs < 1:  # checked before anything is written
         raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
@@ -237,10 +237,22 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
     phase = dict(store=store, executor=executor, log=log, stream=stream, stack=stack, stack_size=stack_size)
     choices: list[dict] = []
     if truns:
+        # the tuning plan grows while rows whose best is an end of their values try one more
+        # (tune.extend): train what it holds until it stops growing
         jobs = jobs or default_jobs(truns)
-        result.merge(_train_phase(tuning_spec(spec), truns, jobs, source=source, **phase))
+        grid_runs, known = truns, set()
+        while True:
+            truns, choices = tuning_plan(spec, store, scales, grid_runs)
+            new = {r.id for r in truns} - known
+            if not new:
+                break
+            if known:
+                for c in choices:
+                    if c["value"] is None and any(c["extended"].values()):
+                        log(extension_line(spec.name, c))
+            result.merge(_train_phase(tuning_spec(spec), truns, jobs, source=source, only=new, **phase))
+            known |= new
         result.tuning = len(truns)
-        choices = choose(spec, store, scales, truns)
         for c in choices:
             log(choice_line(spec.name, c))
     runs = expand(spec, scales, tuned=tuned_values(choices))
@@ -257,9 +269,13 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
 
 def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Store, executor: str, log,
                  stream, stack: str, stack_size: int, source: str, record_scales: list[str] | None = None,
-                 tuned: list[dict] | None = None) -> SweepResult:
-    """Record `spec` with its planned runs, then train the unfinished ones (one phase of a sweep)."""
+                 tuned: list[dict] | None = None, only: set[str] | None = None) -> SweepResult:
+    """Record `spec` with its planned runs, then train the unfinished ones (one phase of a sweep).
+    `only`: the ids of the runs to count and train now (the others are recorded only: a tuning
+    round after the first records the whole plan and trains what it added)."""
     record_spec(store, spec, runs, source, scales=record_scales, tuned=tuned)
+    if only is not None:
+        runs = [r for r in runs if r.id in only]
     planned = plan_status(store, runs)
     result = SweepResult(planned=len(runs))
     todo = []

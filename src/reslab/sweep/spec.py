@@ -118,6 +118,7 @@ class TuneOptions:
     seeds: list[int]
     metric: Literal["best_val_loss", "final_val_loss"] = "best_val_loss"
     scales: Optional[list[str]] = None  # the scales that tune (default: every scale)
+    extend: int = 0  # a row whose best value is an end of its grid tries up to this many values beyond it
 
     def __post_init__(self):
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):

@@ -6,6 +6,7 @@
     seeds = [9001, 9002]              # disjoint from the spec's seeds
     metric = "best_val_loss"          # or "final_val_loss"
     scales = ["cpu"]                  # optional: the scales that tune (default: every scale)
+    extend = 2                        # optional: values a row may add beyond an end it chose (default 0)
 
 At a scale that tunes, a sweep runs in two phases:
 
@@ -15,6 +16,12 @@ At a scale that tunes, a sweep runs in two phases:
     choice      per row, the value with the lowest mean metric over the tuning seeds; a value with a
                 diverged or failed tuning run is worse than any value without; ties go to the
                 smaller value; if every value failed, the smallest (and the choice says so)
+    extension   with `extend = k`, a row whose choice is the largest (smallest) of its values has not
+                found its best, so it also trains one geometric step beyond that end (the ratio of
+                the two outermost values, rounded to 2 significant digits), then chooses again; at
+                most k steps a side. Rows never extend past an interior best, and one side only (the
+                other end already lost to the chosen value). Values and rounds follow from the
+                finished runs alone, so a rerun replays them and trains nothing twice.
     comparison  the spec's own runs, each row at its chosen value (merged into the run's config
                 after the grid point, so the value is part of the run's identity)
 
@@ -32,10 +39,11 @@ import types
 import typing
 from pathlib import Path
 
-from ..errors import ReslabError
+from ..errors import ConfigError, ReslabError
 
 TUNE_SUFFIX = ".tune"
 NOT_CHOSEN_YET = "tuning not finished"
+MAX_EXTEND = 4          # tune.extend: values a row may add beyond one end of its grid
 
 
 def tune_name(spec_name: str) -> str:
@@ -127,6 +135,12 @@ def check_tune(spec, errors: list[str]) -> None:
             for line in found:
                 lines.setdefault(line, f"tune.values[{i}]: {line}")
         errors += list(lines.values())
+    if not 0 <= t.extend <= MAX_EXTEND:
+        errors.append(f"tune.extend: the values a row may add beyond an end of its grid must be 0 to "
+                      f"{MAX_EXTEND}, got {t.extend}")
+    elif t.extend and not bad and any(v <= 0 for v in values):
+        errors.append(f"tune.extend: extends the grid in geometric steps, so every value must be > 0, got "
+                      f"{min(values)!r}; set extend = 0 or give positive values")
     from .spec import check_seed_list
 
     check_seed_list(t.seeds, "tune.seeds", "[9001, 9002]", errors)
@@ -157,9 +171,10 @@ def check_tune(spec, errors: list[str]) -> None:
     if _sets(spec.overrides, t.axis):
         errors.append(f"overrides: sets {t.axis}, which tune.axis chooses for each row; remove it")
     per_seed = planned_count(spec) // max(len(spec.seeds), 1)
-    if per_seed * len(values) * len(t.seeds) > MAX_RUNS:
-        errors.append(f"tune: plans {per_seed * len(values) * len(t.seeds):,} tuning runs (rows x values x "
-                      f"seeds), more than {MAX_RUNS:,}; shorten its values or seeds")
+    most = per_seed * (len(values) + max(t.extend, 0)) * len(t.seeds)
+    if most > MAX_RUNS:
+        errors.append(f"tune: plans up to {most:,} tuning runs (rows x (values + extend) x seeds), more than "
+                      f"{MAX_RUNS:,}; shorten its values, extend or seeds")
 
 
 def _check_sensitivity(spec, errors: list[str]) -> None:
@@ -190,26 +205,29 @@ def tuning_scales(spec, scales: list[str] | None = None) -> list[str]:
     return [s for s in chosen_scales(spec, scales) if spec.tune.tunes(s)]
 
 
-def tuning_spec(spec):
-    """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds."""
+def tuning_spec(spec, values: list | None = None):
+    """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds.
+    `values`: the axis's values there (default: tune.values; an extension plans its runs with its own)."""
     t = spec.tune
+    values = list(t.values) if values is None else list(values)
     return spec.replace(
         name=tune_name(spec.name), seeds=list(t.seeds), tune=None, study=None, claims=[],
-        grid=dict(spec.grid, **{t.axis: list(t.values)}),
-        **({"scale_grid": {s: dict(g, **{t.axis: list(t.values)}) for s, g in spec.scale_grid.items()}}
+        grid=dict(spec.grid, **{t.axis: values}),
+        **({"scale_grid": {s: dict(g, **{t.axis: values}) for s, g in spec.scale_grid.items()}}
            if getattr(spec, "scale_grid", None) else {}),
         report=dataclasses.replace(spec.report, published=[], sensitivity=None),
         description=(f"tuning {t.axis} for {spec.name}" + (f": {spec.description}" if spec.description else "")))
 
 
-def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec") -> list:
-    """The planned tuning runs of the chosen scales that tune ([] when none does)."""
+def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec", values: list | None = None) -> list:
+    """The planned tuning runs of the chosen scales that tune ([] when none does): the grid's, or
+    every row's runs at `values` (an extension's)."""
     from .spec import expand
 
     tscales = tuning_scales(spec, scales)
     if not tscales:
         return []
-    return expand(tuning_spec(spec), tscales if spec.scales else None, where=where)
+    return expand(tuning_spec(spec, values), tscales if spec.scales else None, where=where)
 
 
 def check_override_conflict(spec, scales: list[str] | None = None, where: str = "--set") -> None:
@@ -260,25 +278,96 @@ def pick(values: list, results: dict, n_seeds: int) -> tuple[object, list[dict],
     return best, table, None
 
 
-def choose(spec, store, scales: list[str] | None = None, runs: list | None = None) -> list[dict]:
-    """Each tuning row's choice from its tuning runs' folders (the truth, not the index):
-    [{"scale", "variant", "grid", "axis", "metric", "value", "values": [{value, mean, n, diverged,
-    failed, unfinished}], "note"}], in the tuning plan's row order. value is None while unfinished."""
+def grid_edge(chosen, values: list) -> str | None:
+    """"top" or "bottom" when the chosen value is the largest or smallest of a row's values (2 or
+    more): its best may lie beyond them, so it may not be the row's own best value."""
+    if chosen is None or len(values) < 2:
+        return None
+    return "top" if chosen == max(values) else "bottom" if chosen == min(values) else None
+
+
+def next_value(values: list, side: str):
+    """One geometric step beyond the `side` end of the sorted values: that end times (top) or divided
+    by (bottom) the ratio of the two outermost values there, rounded to 2 significant digits, so that
+    every machine plans the same value (and run identity). An integer axis stays integer. None when
+    the step gives no new positive value."""
+    lo, hi = (values[0], values[1]) if side == "bottom" else (values[-2], values[-1])
+    if not (_finite(lo) and _finite(hi)) or lo <= 0 or hi <= lo:
+        return None
+    end = values[-1] if side == "top" else values[0]
+    value = float(f"{(end * hi / lo if side == 'top' else end * lo / hi):.2g}")
+    if all(isinstance(v, int) for v in values):
+        value = int(round(value))
+    return value if value > 0 and value not in values else None
+
+
+def _row_key(scale: str, variant: str, point: dict) -> str:
+    return json.dumps([scale, variant, point], sort_keys=True)
+
+
+def tuning_plan(spec, store, scales: list[str] | None = None, runs: list | None = None) -> tuple[list, list[dict]]:
+    """(every tuning run known now, each row's choice), from the tuning runs' folders (the truth,
+    not the index). Without `extend` the runs are the grid's (`runs`, default tuning_runs(spec,
+    scales)). With it, a row whose choice sits at an end of its values gains the next value's runs
+    (next_value), and chooses again once they finish, up to tune.extend values a side; the plan
+    therefore grows as runs finish, and a sweep trains it until it stops growing.
+
+    A choice: {"scale", "variant", "grid", "axis", "metric", "seeds", "value" (None while a run is
+    unfinished), "values": [{value, mean, n, diverged, failed, unfinished}] over the row's values,
+    "edge": "top" | "bottom" | None, "extended": {"top": k, "bottom": k}, "note"}, in the plan's
+    row order."""
     t = spec.tune
-    runs = tuning_runs(spec, scales) if runs is None else runs
+    runs = list(tuning_runs(spec, scales) if runs is None else runs)
     rows: dict[str, dict] = {}
     for run in runs:
         scale, variant, point = _row_of(run, t.axis)
-        key = json.dumps([scale, variant, point], sort_keys=True)
-        row = rows.setdefault(key, {"scale": scale, "variant": variant, "grid": point, "results": {}})
-        st = _status(store, run)
-        row["results"].setdefault(run.grid[t.axis], []).append((st.get("status", "pending"), st.get(t.metric)))
-    out = []
-    for row in rows.values():
-        value, table, note = pick(list(t.values), row["results"], len(t.seeds))
-        out.append({"scale": row["scale"], "variant": row["variant"], "grid": row["grid"], "axis": t.axis,
-                    "metric": t.metric, "seeds": list(t.seeds), "value": value, "values": table, "note": note})
-    return out
+        row = rows.setdefault(_row_key(scale, variant, point),
+                              {"scale": scale, "variant": variant, "grid": point, "runs": {}})
+        row["runs"].setdefault(run.grid[t.axis], []).append(run)
+    at_value: dict = {}  # value -> every row's runs at it (an extension's, planned once)
+    statuses: dict[str, tuple] = {}
+
+    def result(run) -> tuple:
+        if run.id not in statuses:
+            st = _status(store, run)
+            statuses[run.id] = (st.get("status", "pending"), st.get(t.metric))
+        return statuses[run.id]
+
+    choices = []
+    for key, row in rows.items():
+        extended = {"top": 0, "bottom": 0}
+        while True:
+            values = sorted(row["runs"])
+            value, table, note = pick(values, {v: [result(r) for r in rs] for v, rs in row["runs"].items()},
+                                      len(t.seeds))
+            edge = grid_edge(value, values)
+            if value is None or edge is None or extended[edge] >= t.extend:
+                break
+            new = next_value(values, edge)
+            if new is None:
+                break
+            if new not in at_value:
+                try:
+                    at_value[new] = tuning_runs(spec, scales, values=[new])
+                except ConfigError as e:  # e.g. a learning rate below optim.min_lr: the grid ends here
+                    at_value[new] = e
+            if isinstance(at_value[new], ConfigError):
+                reason = at_value[new].errors[0].rsplit("}: ", 1)[-1]
+                note = "; ".join(filter(None, [note, f"cannot try {new:g} beyond the {edge}: {reason}"]))
+                break
+            added = [r for r in at_value[new] if _row_key(*_row_of(r, t.axis)) == key]
+            row["runs"][new] = added
+            runs += added
+            extended[edge] += 1
+        choices.append({"scale": row["scale"], "variant": row["variant"], "grid": row["grid"], "axis": t.axis,
+                        "metric": t.metric, "seeds": list(t.seeds), "value": value, "values": table,
+                        "edge": edge, "extended": extended, "note": note})
+    return runs, choices
+
+
+def choose(spec, store, scales: list[str] | None = None, runs: list | None = None) -> list[dict]:
+    """Each tuning row's choice (tuning_plan's second half)."""
+    return tuning_plan(spec, store, scales, runs)[1]
 
 
 def tuned_values(choices: list[dict]) -> dict:
@@ -297,9 +386,27 @@ def choice_line(spec_name: str, c: dict) -> str:
     row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
     head = f"tuned {spec_name} {(c['scale'] + ' ') if c['scale'] else ''}{row}: {c['axis']} = "
     head += "(none yet)" if c["value"] is None else f"{c['value']:g}"
-    tail = f" [{c['note']}]" if c["note"] else ""
+    notes = [c["note"]] if c["note"] else []
+    ext = c.get("extended") or {}
+    if c.get("edge"):
+        notes.append(f"the {c['edge']} of its values" + (f", {ext[c['edge']]} of them beyond the grid"
+                                                        if ext.get(c["edge"]) else "") + ": its best may lie beyond")
+    elif any(ext.values()):
+        side = "top" if ext.get("top") else "bottom"
+        notes.append(f"the grid extended by {ext[side]} at the {side}")
+    tail = f" [{'; '.join(notes)}]" if notes else ""
     return f"{head}  ({c['metric']} mean over {len(c['seeds'])} tuning seeds: " + \
         ", ".join(cell(e) for e in c["values"]) + ")" + tail
+
+
+def extension_line(spec_name: str, c: dict) -> str:
+    """The log line of a row that tries values beyond an end of its grid (tune.extend)."""
+    row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
+    side = "top" if c["extended"]["top"] else "bottom"
+    waiting = [e["value"] for e in c["values"] if e["unfinished"]]
+    return (f"tuned {spec_name} {(c['scale'] + ' ') if c['scale'] else ''}{row}: its best so far is the {side} "
+            f"of its values; trying {', '.join(f'{v:g}' for v in waiting)} ({c['extended'][side]} of at most "
+            f"tune.extend beyond the grid)")
 
 
 def comparison_counts(spec, scales: list[str] | None = None, runs: list | None = None) -> dict[str, int]:
@@ -318,14 +425,22 @@ def plan(spec, store, scales: list[str] | None = None) -> dict:
     does not tune, and the tuned rows), "after": {scale: comparison runs that wait for tuning}}."""
     from .spec import expand
 
-    truns = tuning_runs(spec, scales)
-    choices = choose(spec, store, scales, truns) if truns else []
+    truns, choices = tuning_plan(spec, store, scales) if tuning_scales(spec, scales) else ([], [])
     comparison = expand(spec, scales, tuned=tuned_values(choices))
     after: dict[str, int] = {}
     for c in choices:
         if c["value"] is None:
             after[c["scale"]] = after.get(c["scale"], 0) + len(spec.seeds)
     return {"tuning": truns, "choices": choices, "comparison": comparison, "after": after}
+
+
+def most_extension_runs(spec, scales: list[str] | None = None) -> int:
+    """The most tuning runs tune.extend can add: every row extending to its limit on one side (a row
+    never extends both ways: see tuning_plan)."""
+    if spec.tune is None or not spec.tune.extend:
+        return 0
+    rows = sum(comparison_counts(spec, scales).values()) // max(len(spec.seeds), 1)
+    return rows * spec.tune.extend * len(spec.tune.seeds)
 
 
 def all_planned(spec, scales: list[str] | None = None) -> tuple[list, int]:
