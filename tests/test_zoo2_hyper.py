@@ -230,6 +230,43 @@ def test_sinkhorn_is_doubly_stochastic():
     assert torch.isfinite(S).all() and (S.sum(-1) - 1).abs().max() < 1e-5
 
 
+def test_the_fast_layouts_compute_the_textbook_arithmetic():
+    """sinkhorn_knopp runs on (n, n, tokens) planes, read_streams and mix_streams as a broadcast sum
+    and an einsum (for speed, see hyper.py). Sinkhorn's values and gradients equal the textbook loop
+    on (tokens, n, n) bit for bit in float64, and its output is contiguous (a strided M is slow in
+    bmm); the read and the mix equal the matrix products to 1e-13 (the same sums, in another order)."""
+    from reslab.model.blocks.hyper import mix_streams, read_streams, sinkhorn_knopp
+
+    g = torch.Generator().manual_seed(1)
+    R = torch.randn(2, 5, 4, 4, generator=g, dtype=torch.float64)
+    H = torch.randn(2, 5, 4, 6, generator=g, dtype=torch.float64)
+    w = torch.randn(4, generator=g, dtype=torch.float64)
+    probe = torch.randn(2, 5, 4, 4, generator=g, dtype=torch.float64)  # a loss that weighs every entry
+
+    def grads(fn, *xs):
+        xs = [x.clone().requires_grad_() for x in xs]
+        out = fn(*xs)
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)).sum().backward()
+        return out.detach(), [x.grad for x in xs]
+
+    def textbook(R):
+        return ref_sinkhorn(R - R.amax(dim=(-2, -1), keepdim=True), 20)
+    fast, (dfast,) = grads(lambda r: sinkhorn_knopp(r, 20), R)
+    slow, (dslow,) = grads(textbook, R)
+    assert torch.equal(fast, slow) and torch.equal(dfast, dslow) and fast.is_contiguous()
+    for M in (w.outer(w).reshape(4, 4), probe):        # static (n, n) and per-token (B, T, n, n)
+        fast, dfast = grads(mix_streams, M, H)
+        slow, dslow = grads(lambda m, h: m @ h, M, H)
+        for a, b in zip([fast, *dfast], [slow, *dslow]):   # the same sums, perhaps in another order
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
+    for read in (w, probe[..., 0]):                    # static (n,) and per-token (B, T, n) reads
+        fast, dfast = grads(read_streams, read, H)
+        slow, dslow = grads(lambda r, h: (r.unsqueeze(-2) @ h).squeeze(-2), read, H)
+        torch.testing.assert_close(fast, slow, rtol=1e-13, atol=1e-13)
+        for a, b in zip(dfast, dslow):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_sinkhorn_init_is_close_to_the_identity(n):
     model = reslab.build_model(DESIGN, n_layer=1, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,

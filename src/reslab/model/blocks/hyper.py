@@ -83,21 +83,53 @@ DYNAMIC_SCALE_INIT = 0.01     # s_alpha, s_beta (HC) and alpha_pre / post / res 
 SINKHORN_OFF_DIAGONAL = -8.0  # b_res off the diagonal at init (0 on it): H_res within 1e-3 of I for n = 4
 
 
+class _TokensMajor(torch.autograd.Function):
+    """(n, n, tokens) -> a contiguous (tokens, n, n), and the gradient back into a contiguous
+    (n, n, tokens). With a plain permute + contiguous the gradient would arrive strided, and every
+    step of Sinkhorn-Knopp's backward would run on strided tensors (3.7x slower on a CPU)."""
+    generate_vmap_rule = True   # stacked seeds (torch.func.vmap) batch it like any permute
+
+    @staticmethod
+    def forward(m):
+        return m.permute(2, 0, 1).contiguous()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.permute(1, 2, 0).contiguous()
+
+
 def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
     """exp(logits) over the last two axes, made doubly stochastic (mHC eq. 9): `iters` rounds of
     column normalisation then row normalisation. Rows sum to 1 up to rounding (the last step);
     columns to within the method's convergence. Subtracting the max first cannot change the
     result (every normalisation removes a common factor) and keeps exp finite."""
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
+    shape, n = logits.shape, logits.shape[-1]
+    x = logits.reshape(-1, n, n)
+    # the matrices are laid out (n, n, tokens): a row or column sum then adds n contiguous planes,
+    # and each division broadcasts over a contiguous axis. The same arithmetic as on (tokens, n, n),
+    # bit for bit, about 4.5x faster forward and backward on a CPU for dynamic mHC's 4 x 4 per token.
+    m = torch.exp(x - x.amax(dim=(-2, -1), keepdim=True)).permute(1, 2, 0).contiguous()
     for _ in range(iters):
-        m = m / m.sum(dim=-2, keepdim=True)     # every column sums to 1
-        m = m / m.sum(dim=-1, keepdim=True)     # every row sums to 1
-    return m
+        m = m / m.sum(dim=0, keepdim=True)      # every column sums to 1
+        m = m / m.sum(dim=1, keepdim=True)      # every row sums to 1
+    return _TokensMajor.apply(m).reshape(shape)  # contiguous: a strided M sends bmm down a per-token loop
 
 
 def read_streams(read: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """h = sum_i read[i] H_i: (..., n) weights, (B, T, n, C) streams -> (B, T, C)."""
-    return (read.unsqueeze(-2) @ H).squeeze(-2)
+    """h = sum_i read[i] H_i: (..., n) weights, (B, T, n, C) streams -> (B, T, C). (A broadcast
+    product and sum: 2.5-3x faster on a CPU than a batch of (1, n) @ (n, C) products.)"""
+    return (read.unsqueeze(-1) * H).sum(dim=-2)
+
+
+def mix_streams(M: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+    """H'_j = sum_i M[j, i] H_i: (..., n, n) mixing, (B, T, n, C) streams -> (B, T, n, C). (einsum
+    folds a static M into one matrix product: 3.7x faster on a CPU than M @ H, which broadcasts M
+    to every token.)"""
+    return torch.einsum("...ji,...ic->...jc", M, H)
 
 
 def write_streams(write: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -213,7 +245,7 @@ class HyperBlock(base.Block):
     def sublayer(H, connection, norm, f, residual):
         read, mix, write = connection(H)
         y = f(norm(read_streams(read, H)))                 # y = F(N(sum_i A_m[i] H_i))
-        return residual(mix @ H, write_streams(write, y))  # H'_j = sum_i A_r[i, j] H_i + g * B[j] y
+        return residual(mix_streams(mix, H), write_streams(write, y))  # H'_j = sum_i A_r[i, j] H_i + g * B[j] y
 
     def forward(self, H):
         H = self.sublayer(H, self.attn_hc, self.norm1, self.attn, self.attn_residual)
