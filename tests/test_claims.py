@@ -345,6 +345,21 @@ def test_bad_claims_give_one_line_at_their_path(bad, line):
     assert all(e.startswith("spec: claims[0]") for e in errs), errs
 
 
+def test_a_claim_names_the_values_of_its_own_scales_grid():
+    """[scale_grid] replaces [grid] at a scale: a claim for that scale may name its values, and a
+    claim for another scale may not."""
+    data = _spec([claim("fails", "p", a={"variant": "post-ln", "warmup_steps": 400}, scales=["paper"])])
+    data["scale_grid"] = {"paper": {"depth": data["grid"]["depth"], "optim.warmup_steps": [0, 400]}}
+    assert [c["id"] for c in parse_spec(data).claims] == ["p"]
+    data["claims"] = [claim("fails", "t", a={"variant": "post-ln", "warmup_steps": 400}, scales=["tiny"])]
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data)
+    assert e.value.errors == ["spec: claims[0].a.warmup_steps: 400 is not a value of grid axis "
+                              "optim.warmup_steps; values are 0, 100"]
+    data["claims"] = [claim("fails", "any", a={"variant": "post-ln", "warmup_steps": 400})]  # no scales: any grid
+    assert [c["id"] for c in parse_spec(data).claims] == ["any"]
+
+
 def test_duplicate_ids_and_every_problem_at_once():
     errs = errors_of([claim("fails", "x", a="pre-ln"),
                       claim("fails", "x", a="ghost", scales=["huge"])])

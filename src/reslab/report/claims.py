@@ -314,13 +314,32 @@ def _named_point_hint(key: str, value, grid: dict) -> str:
     return ""
 
 
+def _claim_grid(spec, scales: list | None) -> dict:
+    """The grid a claim's cells name values of: the union of the grids of the scales it applies to
+    (a scale's [scale_grid] replaces [grid] there), so a claim for `scales = ["paper"]` may name a
+    depth only the paper scale runs."""
+    base = spec.grid if isinstance(spec.grid, dict) else {}
+    scale_grid = getattr(spec, "scale_grid", None) or {}
+    chosen = [s for s in (scales or list(spec.scales or {})) if s in (spec.scales or {})] or [None]
+    out: dict = {}
+    for s in chosen:
+        for axis, points in (scale_grid.get(s, base) if s is not None else base).items():
+            if isinstance(points, dict):
+                merged = out.setdefault(axis, {})
+                if isinstance(merged, dict):
+                    merged.update(points)
+            elif isinstance(points, list):
+                merged = out.setdefault(axis, [])
+                if isinstance(merged, list):
+                    merged.extend(v for v in points if not any(_same(v, w) for w in merged))
+    return out
+
+
 def check_claims(spec, errors: list[str]) -> None:
     """Problems of the spec's [[claims]] entries, appended to errors at their path: unknown kinds,
     missing or unknown fields, cells naming unknown variants, grid axes or values, unknown scales,
     duplicate ids."""
     claims = getattr(spec, "claims", None) or []
-    grid = spec.grid if isinstance(spec.grid, dict) else {}
-    axes = list(grid)
     variants = ", ".join(sorted(spec.variants)) or "none declared"
     seen: dict[str, int] = {}
     for i, claim in enumerate(claims):
@@ -340,6 +359,8 @@ def check_claims(spec, errors: list[str]) -> None:
             elif not spec.scales:
                 errors.append(f"{where}.scales: this spec declares no scales; remove it")
                 break
+        grid = _claim_grid(spec, parsed["scales"])
+        axes = list(grid)
         if parsed["kind"] == "spread":
             paths = [f"cells[{j}]" for j in range(len(parsed["cells"]))]
         else:
