@@ -22,6 +22,14 @@ goes to a closing section of its own, so a regeneration never drops one. Text ou
 markers is left byte-identical; each file is replaced atomically, and only after every target
 has been checked (missing markers, an unclosed note: one line, exit status 2, nothing written).
 
+Every result report read from the store is also archived: its report.json is copied to --archive
+(default: <figures>/reports) as <study>-<scale>.json, with its wall time in the archive's walls.tsv.
+The archive is read too, so a later regeneration from a store that holds only some studies keeps
+the others' sections written from their archived reports (a store's report wins over the archived
+one of the same study and scale). A study with no report in either, whose section in a target
+file was generated before the archive existed, keeps that section as it is (said on stderr),
+rather than losing a result to "not run".
+
 Reports at the smoke scale (or marked is_result = false) are pipeline checks, not results: they
 are skipped with a line on stderr. walls.tsv lines are "name<TAB>seconds<TAB>iso-date", the last
 line of a study wins; an optional fourth column names the scale, and a line without one is the
@@ -95,25 +103,69 @@ def read_walls(path: Path | None) -> dict[tuple[str, str | None], tuple[float, s
     return out
 
 
-def read_reports(store: Path) -> dict[str, list[tuple[Path, dict]]]:
-    """study -> [(report folder, report)] of the reports that are results, by scale order."""
-    found: dict[str, list] = {}
+def _load_report(path: Path) -> tuple[str, str, dict] | None:
+    """(study, scale, report) of a report.json that is a result; None for a pipeline check."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        name, scale = report["spec"]["name"], report["spec"].get("scale") or ""
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise Refuse(f"{path}: not a reslab report ({type(e).__name__}: {e})") from None
+    if scale == "smoke" or report.get("is_result") is False:
+        print(f"study_docs: skipped {path}: {scale or 'this'} scale is a pipeline check, not a result",
+              file=sys.stderr)
+        return None
+    return name, scale, report
+
+
+def read_reports(store: Path, archive: Path | None = None) -> dict[str, list[tuple[Path | None, dict]]]:
+    """study -> [(report folder, or None for an archived report, report)] of the reports that are
+    results, by scale order; the store's report of a study and scale replaces the archived one."""
+    by_key: dict[tuple[str, str], tuple] = {}
+    if archive is not None and archive.is_dir():
+        for path in sorted(archive.glob("*.json")):
+            loaded = _load_report(path)
+            if loaded:
+                by_key[loaded[:2]] = (None, loaded[2])
     for folder in sorted(p for p in (store / "reports").iterdir() if (p / "report.json").is_file()):
-        path = folder / "report.json"
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-            name, scale = report["spec"]["name"], report["spec"].get("scale") or ""
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-            raise Refuse(f"{path}: not a reslab report ({type(e).__name__}: {e})") from None
-        if scale == "smoke" or report.get("is_result") is False:
-            print(f"study_docs: skipped {path}: {scale or 'this'} scale is a pipeline check, not a result",
-                  file=sys.stderr)
-            continue
-        found.setdefault(name, []).append((folder, report))
+        loaded = _load_report(folder / "report.json")
+        if loaded:
+            by_key[loaded[:2]] = (folder, loaded[2])
+    found: dict[str, list] = {}
+    for (name, _), entry in by_key.items():
+        found.setdefault(name, []).append(entry)
     rank = {s: i for i, s in enumerate(SCALE_ORDER)}
     for runs in found.values():
         runs.sort(key=lambda fr: (rank.get(fr[1]["spec"].get("scale"), len(rank)), fr[1]["spec"].get("scale") or ""))
     return found
+
+
+def report_key(report: dict) -> str:
+    """<study>-<scale>: the name of a report's folder in a store, of its archived copy and of its figures."""
+    spec = report["spec"]
+    return f"{spec['name']}-{spec['scale']}" if spec.get("scale") else spec["name"]
+
+
+def kept_sections(region: str, level: int, studies: dict, found: dict) -> dict[str, tuple[str, list[str]]]:
+    """Built-in study -> (its section's text without its notes, its rows of the verdicts table), for
+    the studies without any report whose section in `region` is a generated result (not "Not run")."""
+    heading = re.compile(rf"^{'#' * level} (\S+?)(?:[: ]|$)", re.M)  # the name: the heading's first word
+    marks = [(m.start(), m.group(1)) for m in heading.finditer(region)]
+    glance = next((region[s:(marks[i + 1][0] if i + 1 < len(marks) else len(region))]
+                   for i, (s, n) in enumerate(marks) if n == "Verdicts"), "")
+    glance_rows = [line for line in glance.splitlines() if line.startswith("| ")]
+    out = {}
+    for i, (start, name) in enumerate(marks):
+        if name not in studies or name in found:
+            continue
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(region)
+        text = region[start:end]
+        text = re.sub(rf"{re.escape(NOTE_LABEL)}\n<!-- note:([^\s>]+) -->.*?<!-- /note:\1 -->", "", text, flags=re.S)
+        text = text.rstrip()
+        if "\nNot run: " in text or text.count("\n") < 2:
+            continue
+        rows = [r for r in glance_rows if r.split("|")[1].strip().startswith(f"{name} (")]
+        out[name] = (text, rows)
+    return out
 
 
 def builtin_studies() -> dict[str, object]:
@@ -300,16 +352,19 @@ def command_line(name: str, report: dict, builtin: bool, study, wall: tuple | No
             + (f", baseline {spec['baseline']}" if spec.get("baseline") else "") + ".")
 
 
-def figure_links(folder: Path, report: dict, figures: Path, target: Path, copies: dict) -> str | None:
+def figure_links(folder: Path | None, report: dict, figures: Path, target: Path, copies: dict) -> str | None:
+    """Links to the report's figures, copied from its folder into `figures`; an archived report
+    (folder None) links the copies made when it was archived."""
     links = []
     for f in report.get("figures") or []:
         file = str(f.get("file") or "")
-        src = folder / file
+        dest = figures / f"{folder.name if folder else report_key(report)}-{file.replace('/', '-')}"
+        src = folder / file if folder else dest
         if not file or not src.is_file():
             print(f"study_docs: {src}: figure listed in the report is missing; no link", file=sys.stderr)
             continue
-        dest = figures / f"{folder.name}-{file.replace('/', '-')}"
-        copies[dest] = src
+        if folder:
+            copies[dest] = src
         rel = Path(os.path.relpath(dest.resolve(), target.resolve().parent)).as_posix()
         title = str(f.get("title") or file).replace("[", "(").replace("]", ")")
         links.append(f"[{title}]({rel.replace(' ', '%20')})")
@@ -335,7 +390,9 @@ def note_md(name: str, body: str) -> str:
 
 
 def section(name: str, reports: list, builtin: bool, study, level: int, walls: dict, figures: Path, target: Path,
-            notes: list, copies: dict) -> str:
+            notes: list, copies: dict, kept: str | None = None) -> str:
+    if kept is not None and not reports:  # generated before the archive existed: kept as it was
+        return "\n\n".join([kept] + [note_md(n, body) for n, body in notes])
     question = ""
     if reports:
         question = (reports[0][1].get("spec") or {}).get("question") or ""
@@ -361,12 +418,13 @@ def section(name: str, reports: list, builtin: bool, study, level: int, walls: d
     return "\n\n".join(parts)
 
 
-def glance(found: dict, names: list, level: int) -> str:
+def glance(found: dict, names: list, level: int, kept: dict | None = None) -> str:
     """Every verdict of the studies' first-scale reports in one table, with the counts: which published
-    findings this scale reproduced, contradicted or left open (each study's section has the reasons)."""
+    findings this scale reproduced, contradicted or left open (each study's section has the reasons).
+    A kept section's rows (kept_sections) are kept as they were."""
     from reslab.report.claims import estimate_text, interval_text, p_text
 
-    rows, count = [], {}
+    rows, count, kept = [], {}, kept or {}
     for name in names:
         for _, report in found.get(name, [])[:1]:
             scale = report["spec"].get("scale") or ""
@@ -375,6 +433,11 @@ def glance(found: dict, names: list, level: int) -> str:
                 count[verdict] = count.get(verdict, 0) + 1
                 rows.append([f"{name} ({scale})" if scale else name, str(c.get("statement") or DASH), verdict,
                              estimate_text(c), interval_text(c), p_text(c)])
+        if name not in found and name in kept:
+            for line in kept[name][1]:
+                cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+                count[cells[2]] = count.get(cells[2], 0) + 1
+                rows.append(cells)
     order = ["reproduced", "not reproduced", "inconclusive"]
     counts = ", ".join(f"{count[v]} {v}" for v in order + sorted(set(count) - set(order)) if count.get(v))
     return "\n\n".join([f"{'#' * level} Verdicts at a glance",
@@ -386,18 +449,19 @@ def glance(found: dict, names: list, level: int) -> str:
 
 
 def render_region(found: dict, studies: dict, walls: dict, level: int, figures: Path, target: Path,
-                  notes: list, copies: dict) -> str:
+                  notes: list, copies: dict, kept: dict | None = None) -> str:
     names = list(studies) + sorted(n for n in found if n not in studies)
+    kept = kept or {}
     by_study: dict[str, list] = {}
     for n, body in notes:
         by_study.setdefault(n.split("/", 1)[0], []).append((n, body))
     parts = [HEADER]
-    if any(r.get("claims") for reps in found.values() for _, r in reps):
+    if any(r.get("claims") for reps in found.values() for _, r in reps) or any(rows for _, rows in kept.values()):
         parts.append(RULES_TEXT)
-        parts.append(glance(found, names, level))
+        parts.append(glance(found, names, level, kept))
     for name in names:
         parts.append(section(name, found.get(name, []), name in studies, studies.get(name), level, walls, figures, target,
-                             by_study.pop(name, []), copies))
+                             by_study.pop(name, []), copies, kept=kept.get(name, (None,))[0]))
     orphans = [nb for group in by_study.values() for nb in group]
     if orphans:
         parts.append(f"{'#' * level} Notes on studies not listed above (human, not generated)")
@@ -418,28 +482,62 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=Path("docs/studies.md"))
     parser.add_argument("--figures", type=Path, default=Path("docs/studies"),
                         help="where the reports' figures are copied for the links (default docs/studies)")
+    parser.add_argument("--archive", type=Path, default=None,
+                        help="where the reports are archived and read back (default: <figures>/reports)")
     args = parser.parse_args(argv)
+    archive = args.archive or args.figures / "reports"
     store, walls_path = find_store(args.store)
-    walls = read_walls(walls_path)
-    found = read_reports(store)
+    walls = {**read_walls(archive / "walls.tsv" if (archive / "walls.tsv").is_file() else None),
+             **read_walls(walls_path)}
+    found = read_reports(store, archive)
     studies = builtin_studies()
     targets = list(dict.fromkeys([t for t in (args.docs, args.readme) if t is not None]))
     plans = []
     for target in targets:  # every target is checked before anything is written
         head, region, tail = split_target(target)
-        plans.append((target, head, tail, read_notes(target, head, region), heading_level(head)))
+        level = heading_level(head)
+        kept = kept_sections(region, level, studies, found)
+        for name in kept:
+            print(f"study_docs: {target}: kept the section of {name} as it was: no report of it in {store} "
+                  f"or {archive}", file=sys.stderr)
+        plans.append((target, head, tail, read_notes(target, head, region), level, kept))
     copies: dict[Path, Path] = {}
-    texts = [(t, head + render_region(found, studies, walls, level, args.figures, t, notes, copies) + tail)
-             for t, head, tail, notes, level in plans]
+    texts = [(t, head + render_region(found, studies, walls, level, args.figures, t, notes, copies, kept) + tail)
+             for t, head, tail, notes, level, kept in plans]
     for dest, src in copies.items():
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
+    archive_reports(found, walls, archive)
     for target, text in texts:
         write_bytes(target, text.encode("utf-8"))
         shown = len(found)
-        print(f"wrote {target}: {shown} stud{'y' if shown == 1 else 'ies'} with reports, "
-              f"{sum(1 for n in studies if n not in found)} not run")
+        kept = sum(1 for n in plans[0][5] if n not in found) if plans else 0
+        print(f"wrote {target}: {shown} stud{'y' if shown == 1 else 'ies'} with reports"
+              + (f", {kept} kept as they were" if kept else "")
+              + f", {sum(1 for n in studies if n not in found) - kept} not run")
     return 0
+
+
+def archive_reports(found: dict, walls: dict, archive: Path) -> None:
+    """Copy each store report (not the archived ones) to <archive>/<study>-<scale>.json, and its wall
+    time into <archive>/walls.tsv (one line per study and scale, the latest)."""
+    fresh = [(folder, report) for reports in found.values() for folder, report in reports if folder is not None]
+    if not fresh:
+        return
+    archive.mkdir(parents=True, exist_ok=True)
+    for folder, report in fresh:
+        with atomic_path(archive / f"{report_key(report)}.json") as tmp:
+            shutil.copyfile(folder / "report.json", tmp)
+    kept = read_walls(archive / "walls.tsv") if (archive / "walls.tsv").is_file() else {}
+    for folder, report in fresh:
+        name, scale = report["spec"]["name"], report["spec"].get("scale") or ""
+        wall = walls.get((name, scale)) or walls.get((name, None))
+        if wall:
+            kept.pop((name, None), None)
+            kept[(name, scale)] = wall
+    lines = [f"{n}\t{w[0]:.0f}\t{w[1]}" + (f"\t{sc}" if sc is not None else "") for (n, sc), w in sorted(
+        kept.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+    write_bytes(archive / "walls.tsv", ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def main(argv: list[str] | None = None) -> int:

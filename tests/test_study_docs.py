@@ -249,3 +249,56 @@ def test_each_rows_tuned_lr_is_shown_with_the_grids_edges_marked(docs):
     for r in rows:
         del r["extra"]
     assert "lr (tuned)" not in docs.main_table(report)
+
+
+def test_reports_are_archived_and_a_later_store_without_them_keeps_their_sections(docs, out):
+    """Each store report is copied to <figures>/reports with its wall time; regenerating from a store
+    that lacks it writes its section from the archive (figures linked, wall kept); a store report of
+    the same study and scale replaces the archived one."""
+    readme, _, _ = target(out / "README.md")
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    archive = out / "docs" / "studies" / "reports"
+    assert json.loads((archive / "alpha-tiny.json").read_text())["spec"]["name"] == "alpha"
+    assert (archive / "walls.tsv").read_text() == "alpha\t90\t2026-12-01T09:30Z\ttiny\n"
+    first = readme.read_text(encoding="utf-8")
+    # a new OUT whose store has another study only: alpha comes from the archive, unchanged
+    import shutil
+    shutil.rmtree(out / "out")
+    write_report(out / "out" / "store", "gain-confound", question="Do gains matter?")
+    assert run(docs, out) == 0
+    second = readme.read_text(encoding="utf-8")
+    alpha = lambda text: text[text.index("### alpha:"):]
+    assert alpha(second) == alpha(first)  # its wall time, table, verdicts and figure link as before
+    assert "### gain-confound: Do gains matter?" in second and (archive / "gain-confound-tiny.json").is_file()
+    assert "1 published claim was tested: 1 reproduced." in second  # alpha's verdict still counted
+    # the store's report of a study and scale wins over the archived one
+    write_report(out / "out" / "store", "alpha", question="Does it work now?")
+    assert run(docs, out) == 0
+    assert "### alpha: Does it work now?" in readme.read_text(encoding="utf-8")
+    assert json.loads((archive / "alpha-tiny.json").read_text())["spec"]["question"] == "Does it work now?"
+
+
+def test_a_section_generated_before_the_archive_is_kept_until_its_study_has_a_report(docs, out, capsys):
+    """A built-in study with no report anywhere keeps its generated section (and its rows of the
+    verdicts table) as it was, with its human note once; a "Not run" section is not kept."""
+    old_section = ("### ln-placement: Post-LN or Pre-LN?\n\n`reslab study run ln-placement --scale cpu`: 60 min.\n\n"
+                   "| variant | seeds |\n|:---|---:|\n| pre-ln | 3/3 |")
+    region = ("\n### Verdicts at a glance\n\n2 published claims were tested: 1 reproduced, 1 inconclusive.\n\n"
+              "| study | claim | verdict | estimate | 95% interval | p (Holm) |\n|:---|:---|:---|---:|---:|---:|\n"
+              "| ln-placement (cpu) | Post-LN trains worse | reproduced | +0.1838 | [+0.1444, +0.2233] | 0.00372 |\n"
+              "| resi-dual (cpu) | ResiDual wins | inconclusive | -0.1 | [-0.3, +0.1] | 0.2 |\n\n"
+              + old_section + "\n\n**Note (human, not generated):**\n<!-- note:ln-placement -->why<!-- /note:ln-placement -->\n\n"
+              "### resi-dual: Does ResiDual help?\n\nNot run: the store these sections were generated from has no report.\n")
+    readme, _, _ = target(out / "README.md", region=region)
+    target(out / "docs" / "studies.md")
+    assert run(docs, out) == 0
+    assert "kept the section of ln-placement as it was" in capsys.readouterr().err
+    text = readme.read_text(encoding="utf-8")
+    assert old_section + "\n\n**Note (human, not generated):**\n<!-- note:ln-placement -->why<!-- /note:ln-placement -->" in text
+    assert text.count("<!-- note:ln-placement -->") == 1
+    assert "| ln-placement (cpu) | Post-LN trains worse | reproduced | +0.1838 |" in text
+    assert "resi-dual (cpu)" not in text and "has no report of resi-dual" in text
+    assert "2 published claims were tested: 2 reproduced." in text  # alpha's and the kept one
+    assert run(docs, out) == 0
+    assert readme.read_text(encoding="utf-8") == text  # stable
