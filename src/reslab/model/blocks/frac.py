@@ -87,8 +87,10 @@ class FracConnection(nn.Module):
 
 
 def combine(weights: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """out_f = sum_g weights[g, f] H_g: (..., m, m) weights, (B, T, m, d) fractions -> (B, T, m, d)."""
-    return weights.transpose(-2, -1) @ H
+    """out_f = sum_g weights[g, f] H_g: (..., m, m) weights, (B, T, m, d) fractions -> (B, T, m, d).
+    (einsum folds static weights into one matrix product; a transposed matmul broadcasts them to
+    every token, as hyper.mix_streams explains.)"""
+    return torch.einsum("...gf,...gd->...fd", weights, H)
 
 
 class FracBlock(base.Block):
