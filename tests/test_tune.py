@@ -389,10 +389,18 @@ def test_a_sweep_with_extend_trains_the_added_values_and_a_rerun_trains_nothing(
     data = _tune_dict(tmp_path, values=[1e-5, 1e-4], extend=1, seeds=[9001])
     data["base"]["optim"]["min_lr"] = 1e-6
     spec = parse_spec(data)
-    store, result = _sweep(spec, tmp_path / "store")
+    lines: list[str] = []
+    store = Store(tmp_path / "store")
+    result = run_sweep(spec, store, jobs=2, stream=io.StringIO(), log=lines.append, stack="always")
     tuned = store.load_spec_record("demo")["tuned"]
     tried = {c["variant"]: [e["value"] for e in c["values"]] for c in tuned}
     assert any(len(v) == 3 for v in tried.values()), tried  # six updates at 1e-5 or 1e-4: the top wins, so 1e-3 is tried
+    grown = [c for c in tuned if len(tried[c["variant"]]) == 3]
+    for c in grown:  # the log says which rows try which value, and the round's runs
+        assert (f"tuned demo {c['variant']}: its best so far is the top of its values; trying 0.001 (1 of at most 1 "
+                "beyond the grid)") in lines
+    assert any(line.startswith(f"sweep demo.tune: {len(grown)} more runs planned, for rows whose best is an end "
+                               "of their values, 0 already finished") for line in lines), lines
     losses: dict[str, dict] = {}
     for r in store.runs(spec="demo.tune"):
         assert r["status"] == "completed"

@@ -249,7 +249,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
             if known:
                 for c in choices:
                     if c["value"] is None and any(c["extended"].values()):
-                        log(extension_line(spec.name, c))
+                        log(extension_line(spec.name, c, spec.tune.extend))
             result.merge(_train_phase(tuning_spec(spec), truns, jobs, source=source, only=new, **phase))
             known |= new
         result.tuning = len(truns)
@@ -274,6 +274,7 @@ def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Stor
     `only`: the ids of the runs to count and train now (the others are recorded only: a tuning
     round after the first records the whole plan and trains what it added)."""
     record_spec(store, spec, runs, source, scales=record_scales, tuned=tuned)
+    known_before = only is not None and len(only) < len(runs)   # a later round of a growing tuning plan
     if only is not None:
         runs = [r for r in runs if r.id in only]
     planned = plan_status(store, runs)
@@ -295,7 +296,9 @@ def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Stor
     tasks = stacked_tasks(todo, stack, gpus, stack_size) if executor == "local" else [[t] for t in todo]
     stacks = [len(t) for t in tasks if len(t) > 1]
     stacked_note = f", {sum(stacks)} of them stacked as {len(stacks)} multi-seed workers" if stacks else ""
-    log(f"sweep {spec.name}: {len(runs)} runs planned, {result.skipped} already finished, "
+    planned = (f"{len(runs)} more runs planned, for rows whose best is an end of their values" if only is not None
+               and known_before else f"{len(runs)} runs planned")
+    log(f"sweep {spec.name}: {planned}, {result.skipped} already finished, "
         f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''}{stacked_note} (store {store.root})")
     if todo:
         _prepare_data([r for r, _ in todo], log)

@@ -399,14 +399,14 @@ def choice_line(spec_name: str, c: dict) -> str:
         ", ".join(cell(e) for e in c["values"]) + ")" + tail
 
 
-def extension_line(spec_name: str, c: dict) -> str:
-    """The log line of a row that tries values beyond an end of its grid (tune.extend)."""
+def extension_line(spec_name: str, c: dict, extend: int) -> str:
+    """The log line of a row that tries values beyond an end of its grid (tune.extend = `extend`)."""
     row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
     side = "top" if c["extended"]["top"] else "bottom"
     waiting = [e["value"] for e in c["values"] if e["unfinished"]]
     return (f"tuned {spec_name} {(c['scale'] + ' ') if c['scale'] else ''}{row}: its best so far is the {side} "
             f"of its values; trying {', '.join(f'{v:g}' for v in waiting)} ({c['extended'][side]} of at most "
-            f"tune.extend beyond the grid)")
+            f"{extend} beyond the grid)")
 
 
 def comparison_counts(spec, scales: list[str] | None = None, runs: list | None = None) -> dict[str, int]:
