@@ -89,8 +89,9 @@ class FracConnection(nn.Module):
 def combine(weights: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     """out_f = sum_g weights[g, f] H_g: (..., m, m) weights, (B, T, m, d) fractions -> (B, T, m, d).
     (einsum folds static weights into one matrix product; a transposed matmul broadcasts them to
-    every token, as hyper.mix_streams explains.)"""
-    return torch.einsum("...gf,...gd->...fd", weights, H)
+    every token, and per-token weights are made contiguous first, as hyper.mix_streams explains.)"""
+    w = weights.transpose(-2, -1)                       # w[f, g] = weights[g, f]
+    return torch.einsum("...fg,...gd->...fd", w.contiguous() if w.dim() > 2 else w, H)
 
 
 class FracBlock(base.Block):

@@ -128,8 +128,9 @@ def read_streams(read: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
 def mix_streams(M: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     """H'_j = sum_i M[j, i] H_i: (..., n, n) mixing, (B, T, n, C) streams -> (B, T, n, C). (einsum
     folds a static M into one matrix product: 3.7x faster on a CPU than M @ H, which broadcasts M
-    to every token.)"""
-    return torch.einsum("...ji,...ic->...jc", M, H)
+    to every token. A per-token M is made contiguous first: a strided one, such as dynamic HC's
+    transposed A_r, sends the batched product down a per-token loop.)"""
+    return torch.einsum("...ji,...ic->...jc", M.contiguous() if M.dim() > 2 else M, H)
 
 
 def write_streams(write: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
