@@ -35,6 +35,8 @@ def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, exte
 
 
 def cmd_study_list(args) -> None:
+    from ..sweep.tune import most_extension_runs
+
     for name in study_names():
         spec = _load(name)
         info = spec.study
@@ -52,6 +54,9 @@ def cmd_study_list(args) -> None:
                     cost += f"; {est.basis}"
             elif est and est.gpu_hours is not None:
                 cost = f"~{est.gpu_hours:g} GPU h ({est.runs} runs)"
+            more = most_extension_runs(spec, [scale]) if spec.tune and spec.tune.tunes(scale) else 0
+            if more:
+                cost += f"; up to {more} more tuning runs where a row's best is an end of the grid (tune.extend)"
             print(f"  scale {scale:<11} {cost}")
 
 
