@@ -78,6 +78,9 @@ def test_each_stacked_seed_equals_its_separate_run(tmp_path, overrides):
     status = json.loads((tmp_path / "stacked1" / "status.json").read_text())
     assert status["status"] == "completed" and status["stacked"] == 3
     assert sorted(status["stacked_with"]) == ["stacked2", "stacked3"]
+    # stacked seeds compute with batched kernels: the record says so (its numbers match separate
+    # runs to a tolerance, not bit for bit)
+    assert [e["stacked"] for e in status["arithmetic"]] == [3] and status["arithmetic"][0]["from_step"] == 0
     for s in SEEDS:
         assert json.loads((tmp_path / f"stacked{s}" / "config.json").read_text())["config"] == \
             json.loads((tmp_path / f"separate{s}" / "config.json").read_text())["config"]

@@ -289,3 +289,39 @@ def test_a_run_folder_is_locked_while_trained_and_cleaned_of_partial_files(tmp_p
     holder.close()  # released: now it trains
     assert train(tiny_config(corpus, tmp_path / "cache", **{"train.steps": 2}), run,
                  log=lambda *_: None).status == "completed"
+
+
+def test_the_run_records_the_arithmetic_and_a_resume_that_changes_it(tmp_path, corpus, monkeypatch):
+    """status.json "arithmetic": torch, CPU capability and threads from the first update; a resume
+    computed another way (here: other threads, as a different --jobs would give) adds an entry from
+    its first update, because the same config then trains other numbers (the reduction order)."""
+    import reslab.train.loop as loop
+    from reslab.train.determinism import record_arithmetic
+
+    over = {"train.steps": 20, "train.checkpoint_interval": 10, "train.threads": 1}
+    real_save, saves = loop.save_checkpoint, []
+
+    def crash_after_first(*args, **kwargs):
+        real_save(*args, **kwargs)
+        saves.append(args[1])
+        raise KeyboardInterrupt  # killed right after the checkpoint at step 10
+
+    monkeypatch.setattr(loop, "save_checkpoint", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "run", log=lambda *_: None)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["arithmetic"] == [{"from_step": 0, "torch": torch.__version__, "threads": 1,
+                                     "cpu_capability": torch.backends.cpu.get_cpu_capability()}]
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    real = loop.arithmetic
+    monkeypatch.setattr(loop, "arithmetic", lambda device: dict(real(device), threads=7))
+    train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "run", log=lambda *_: None)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["status"] == "completed"
+    assert [(e["from_step"], e["threads"]) for e in status["arithmetic"]] == [(0, 1), (10, 7)]
+    # the rule itself: the same way adds nothing; a resume from an earlier step drops later entries
+    same = {"torch": "t", "threads": 1, "cpu_capability": "AVX2"}
+    assert record_arithmetic([dict(same, from_step=0)], same, 500) == [dict(same, from_step=0)]
+    assert record_arithmetic([dict(same, from_step=0), dict(same, threads=2, from_step=700)], same, 500) == \
+        [dict(same, from_step=0)]
+    assert record_arithmetic(None, same, 0) == [dict(same, from_step=0)]

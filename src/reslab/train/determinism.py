@@ -1,5 +1,10 @@
 """Seeds and random streams. Model init, training batch order, dropout and evaluation each have
-their own stream derived from the run's seed, so changing one never shifts another."""
+their own stream derived from the run's seed, so changing one never shifts another.
+
+And the arithmetic a run's numbers depend on besides its config: a run retrains bit for bit only
+with the same torch, the same CPU vector instructions (or GPU) and the same number of CPU threads,
+which decides the order of every reduction. None of these is part of a run's identity (a sweep
+sets the threads itself), so the run folder records them (status.json "arithmetic")."""
 
 from __future__ import annotations
 
@@ -41,3 +46,25 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(_tensor(state["torch_cpu"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([_tensor(s) for s in state["cuda"]])
+
+
+def arithmetic(device: torch.device) -> dict:
+    """What the floating-point results depend on besides the config: torch's version, the CPU
+    kernels' instruction set (torch's CPU capability, e.g. AVX2, AVX512) and the intra-op threads,
+    or the GPU's name."""
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def record_arithmetic(previous: list | None, current: dict, step: int) -> list:
+    """status.json's "arithmetic": one entry per stretch of updates trained the same way, [{"from_step",
+    **arithmetic}]; a resume that trains the same way adds nothing, one that does not (other threads,
+    another machine) adds an entry from its first step, so a run's numbers can be traced to how they
+    were computed."""
+    entries = [e for e in previous or [] if isinstance(e, dict) and e.get("from_step", 0) < step]
+    if entries and {k: v for k, v in entries[-1].items() if k != "from_step"} == current:
+        return entries
+    return entries + [{"from_step": step, **current}]

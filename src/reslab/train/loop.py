@@ -32,7 +32,7 @@ from . import distributed
 from .checkpoint import (complete_checkpoints, load_optimizer_tensors, read_checkpoint, save_best,
                          save_checkpoint)
 from .config import RunConfig
-from .determinism import derive_seed, rng_state, set_determinism, set_rng_state
+from .determinism import arithmetic, derive_seed, record_arithmetic, rng_state, set_determinism, set_rng_state
 from .optim import build_optimizer, learning_rate
 from .run_folder import RunFolder
 from .sinks import Sinks
@@ -284,7 +284,9 @@ def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log, data) -> RunResu
     if d.main:
         folder.write_status(status="running", step=start, corpus=data.meta.get("corpus"),
                             comparable=data.meta.get("comparable", True), device=str(device), dtype=dtype,
-                            world_size=d.world, params=raw_model.param_counts(), stacked=None, stacked_with=None)
+                            world_size=d.world, params=raw_model.param_counts(), stacked=None, stacked_with=None,
+                            arithmetic=record_arithmetic(folder.read_status().get("arithmetic"),
+                                                         arithmetic(device), start))
     sinks = Sinks(t_cfg, folder.path, cfg.name, cfg.to_dict()) if d.main else None
 
     eval_every, ckpt_every = t_cfg.eval_interval, t_cfg.checkpoint_interval

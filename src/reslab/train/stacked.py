@@ -50,7 +50,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import RunConfig
-from .determinism import derive_seed, rng_state, set_rng_state
+from .determinism import arithmetic, derive_seed, record_arithmetic, rng_state, set_rng_state
 from .loop import RunResult, Runtime, _runtime, write_final_status
 from .optim import build_optimizer, learning_rate
 from .run_folder import RunFolder
@@ -299,7 +299,9 @@ def _train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], rt: Runtime,
         m.folder.write_status(status="running", step=start, corpus=data.meta.get("corpus"),
                               comparable=data.meta.get("comparable", True), device=str(device), dtype=rt.dtype,
                               world_size=1, params=m.view.param_counts(), stacked=K,
-                              stacked_with=[n for n in names if n != m.folder.path.name])
+                              stacked_with=[n for n in names if n != m.folder.path.name],
+                              arithmetic=record_arithmetic(m.folder.read_status().get("arithmetic"),
+                                                           dict(arithmetic(device), stacked=K), start))
         m.sinks = Sinks(t_cfg, m.folder.path, m.cfg.name, m.cfg.to_dict())
 
     try:
