@@ -322,8 +322,8 @@ def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
         seen["lr"] = (spec["name"], spec_name, scale, cells, out)
         return {"figures": [{"title": "Loss against learning rate", "file": "lr.png"}]}
 
-    def fake_claims(claim_list, cells, reference, scale):
-        seen["claims"] = (claim_list, cells, reference, scale)
+    def fake_claims(claim_list, cells, reference, scale, unheld):
+        seen["claims"] = (claim_list, cells, reference, scale, unheld)
         return []
 
     monkeypatch.setattr(tuning, "lr_section", fake_lr)
@@ -333,8 +333,9 @@ def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
     outcomes = {"full": {1: 1.0, 2: 1.1}, "none": {1: 2.0, 2: 2.3}}
     store, levels = _store(tmp_path, outcomes, scale="tiny")
     report, out = build_report(store, "ref", out_dir=tmp_path / "r", probe=False)
-    claim_list, cells, reference, scale = seen["claims"]
+    claim_list, cells, reference, scale, unheld = seen["claims"]
     assert claim_list == [] and scale == "tiny" and reference is report["reference"]
+    assert unheld == {}  # this fake lr section has no tuning table: every row held
     assert seen["lr"][0:3] == ("ref", "ref", "tiny") and seen["lr"][3] is cells and seen["lr"][4] == out
     assert [(c["variant"], c["grid"], c["row"]) for c in cells] == [("full", {}, "full"), ("none", {}, "none")]
     for c in cells:

@@ -13,7 +13,7 @@ import pytest
 
 from reslab.cli import main
 from reslab.errors import ConfigError
-from reslab.report.tuning import lr_blocks, lr_section
+from reslab.report.tuning import _tuning_blocks, check_held, lr_blocks, lr_section
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.spec import expand, parse_spec, with_seeds
 from reslab.sweep.store import Store
@@ -299,6 +299,36 @@ def test_the_results_table_gives_each_row_its_tuned_value(tuned, tmp_path):
     shown = {t["variant"]: t["extra"].get("lr (tuned)") for t in report["table"]}
     assert shown == {c["variant"]: c["value"] for c in record["tuned"]}
     assert all(v is not None for v in shown.values())
+
+
+def _tuning_row(name: str, chosen: float, at_chosen: float) -> dict:
+    return {"name": name, "chosen": chosen, "values": [{"value": 1e-3, "mean": 2.3, "n": 1},
+                                                       {"value": chosen, "mean": at_chosen, "n": 1}]}
+
+
+def _comparison(name: str, values: list, status: str = "completed") -> dict:
+    return {"row": name, "runs": [{"seed": s, "status": status, "best_val_loss": v} for s, v in enumerate(values)]}
+
+
+def test_a_tuned_rate_that_the_comparison_seeds_do_not_survive_did_not_hold():
+    tuning = {"axis": "optim.lr", "metric": "best_val_loss", "seeds": [9001],
+              "rows": [_tuning_row("cliff", 1e-2, 2.06), _tuning_row("steady", 1e-2, 2.06),
+                       _tuning_row("one-bad-seed", 1e-2, 2.06), _tuning_row("never-learned", 1e-2, 3.35),
+                       _tuning_row("diverged", 1e-2, 2.06), _tuning_row("not-run-yet", 1e-2, 2.06)]}
+    cells = [_comparison("cliff", [3.351, 3.352, 3.350]), _comparison("steady", [2.07, 2.05, 2.08]),
+             _comparison("one-bad-seed", [2.07, 3.35, 2.08]), _comparison("never-learned", [3.35, 3.35, 3.35]),
+             _comparison("diverged", [math.nan, math.nan, 2.1], status="diverged")]
+    why = check_held(tuning, cells, bigram=2.4857)
+    assert sorted(why) == ["cliff", "diverged"]
+    assert "3 of 3 comparison runs did not learn beyond the bigram level" in why["cliff"]
+    assert "reached 2.0600" in why["cliff"] and "mean 3.3510" in why["cliff"]
+    held = {r["name"]: r["held"] for r in tuning["rows"]}
+    assert held == {"cliff": False, "steady": True, "one-bad-seed": True, "never-learned": True,
+                    "diverged": False, "not-run-yet": None}
+    assert tuning["rows"][0]["comparison"] == {"mean": pytest.approx(3.351), "n": 3, "not_beyond": 3}
+    text = " ".join(str(b[1]) for b in _tuning_blocks(tuning | {"values": [1e-3, 1e-2]}) if b[0] == "p")
+    assert "2 of 6 rows' tuned values did not hold" in text and "no claim on them gets a verdict" in text
+    assert check_held(tuning, cells, bigram=None) == {}  # no reference levels: nothing to judge
 
 
 def test_grid_edge_marks_only_the_ends_of_a_grid_of_two_or_more():

@@ -134,7 +134,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     """The report dict of one sweep at one scale, with its figures drawn into out_dir."""
     # imported here, not at the top: those sections may import this module (is_result_scale)
     from .claims import evaluate_claims
-    from .tuning import lr_section
+    from .tuning import check_held, lr_section
 
     record = store.load_spec_record(spec_name)
     spec = record["spec"]
@@ -221,6 +221,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     lr = lr_section(spec, store, spec_name, scale, cells, out)
     if lr:
         figures += list(lr.get("figures") or [])
+    unheld = check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
     title = f"{spec_name}" + (f" ({scale} scale)" if scale else "")
     report = {
         "title": title if is_result else f"{title} — {NOT_A_RESULT}",
@@ -236,7 +237,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "unigram_entropy": unigram,  # the unigram level, under the name older callers read
         "table": table,
         "lr": lr,
-        "claims": evaluate_claims(spec.get("claims", []), cells, reference, scale) if is_result else [],
+        "claims": evaluate_claims(spec.get("claims", []), cells, reference, scale, unheld) if is_result else [],
         "published": [dict(p) for p in opts.get("published", [])],
         "runs": run_list, "missing": missing, "notes": notes, "figures": figures,
     }

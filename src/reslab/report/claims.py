@@ -98,6 +98,10 @@ Decision rules (RULES_TEXT says them in the report):
     train), not reproduced when none do (trains: all fail), inconclusive otherwise; no p. The
     interval is the exact (Clopper-Pearson) 95% interval of the failing fraction.
   * a cell without any run at this scale: verdict "not tested at this scale".
+  * a claim on a row whose tuned value did not hold on its comparison seeds (report/tuning.py,
+    check_held: its tuning seeds learned beyond bigram at the chosen rate, most comparison runs did
+    not) is inconclusive whatever its test says: the row is not its design at its own best rate.
+    The test's numbers stay in the result (and its p in the Holm family); the reason says both.
 """
 
 from __future__ import annotations
@@ -146,7 +150,9 @@ RULES_TEXT = (
     "'spread < c' is reproduced when every interval lies inside (-c, c), not reproduced when one lies "
     "wholly outside [-c, c]; these have no p and are not part of the Holm correction. Fails / trains "
     "claims: a run fails when it diverged or its loss is at or above the bigram level; reproduced "
-    "when all of at least 3 seeds fail (trains: all train), not reproduced when none do; no p."
+    "when all of at least 3 seeds fail (trains: all train), not reproduced when none do; no p. A claim "
+    "on a row whose tuned learning rate did not hold (its tuning seeds learned beyond bigram there, "
+    "most of its comparison runs did not) is inconclusive whatever its test says."
 )
 
 
@@ -686,7 +692,8 @@ def _fails(claim: dict, name: str, units: dict, reference: dict | None, rows: li
     return base
 
 
-def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | None, scale: str) -> list[dict]:
+def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | None, scale: str,
+                    unheld: dict[str, str] | None = None) -> list[dict]:
     """A verdict for each claim that applies at `scale`, in the claims' order.
 
     cells: one per report row, {"variant", "grid" {axis: value or point name}, "row", "runs"
@@ -696,7 +703,9 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     p_for, p_against, direction, p_holm, verdict (VERDICTS), reason (the rule that decided, with
     its numbers), rows (the report rows of each cell). The rules are in this module's docstring;
     Holm's correction runs over every returned claim that has a p. A claim that is malformed is
-    returned as inconclusive with the problem as its reason, never raised.
+    returned as inconclusive with the problem as its reason, never raised. unheld: {row name: why}
+    for rows whose tuned value did not hold (report/tuning.py check_held); a claim on one of them
+    is inconclusive, with the test's own verdict kept in its reason.
     """
     rows = list(cells or [])
     out: list[dict] = []
@@ -720,7 +729,20 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     for k, ph in stats.holm(tested).items():
         out[int(k)]["p_holm"] = ph
         _decide_t(out[int(k)])
+    for r in out:
+        _unsettle(r, unheld or {})
     return out
+
+
+def _unsettle(r: dict, unheld: dict[str, str]) -> None:
+    """Inconclusive when a row of the claim is not its design at its own best rate."""
+    names = [n for cell in r.get("rows") or [] for n in cell if n in unheld]
+    if not names or r.get("verdict") == NOT_TESTED:
+        return
+    test_says = r.get("verdict")
+    r["verdict"] = "inconclusive"
+    r["reason"] = (f"{'; '.join(unheld[n] for n in names)}: no verdict (the test alone says "
+                   f"{test_says}: {r.get('reason')})")
 
 
 def _evaluate_one(claim: dict, rows: list[dict], reference: dict | None) -> dict:

@@ -7,6 +7,13 @@ learning-rate sensitivity of each design (Wortsman et al. 2023).
         its figures drawn into `out` (lr_tuning.png, lr_sensitivity.png). The caller lists
         "figures" in the report's figure section.
     lr_blocks(report) -> blocks for render.py, from report["lr"] (none when it is missing)
+    check_held(tuning, cells, bigram) -> {row name: why} for the rows whose tuned value did not
+        hold on their comparison seeds (see the function); also marks each tuning row's "held"
+
+A tuned value is chosen on a few tuning seeds. Where a design trains at a rate on one seed and
+stays at the unigram plateau on another, the tuning seed can pick a rate that the comparison seeds
+do not survive (ProRes's post-ln rows at 8 layers, 2026-12-02). Such a row is not "the design at
+its own best rate", so the report says so and no claim on it gets a verdict (claims.py).
 
 Sensitivity (Wortsman et al. 2023), per design (a variant with every grid axis but the learning
 rate fixed) and seed, over the grid's learning rates:
@@ -158,6 +165,43 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
                             "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_values),
                             "added": added})
     out["values"] = sorted(set(values).union(*(r["added"] for r in out["rows"])))
+    return out
+
+
+def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> dict[str, str]:
+    """Rows whose tuned value did not hold: at the chosen value the tuning seeds' mean learned
+    beyond the bigram level, but more than half of the row's comparison runs did not (a diverged or
+    non-finite run, or a metric at or above the bigram level). Each tuning row gets "held": None
+    (nothing to judge: no levels, no choice or no comparison run yet), True or False, and
+    "comparison": {"mean", "n", "not_beyond"}. Returns {row name: the reason, with its numbers}."""
+    out: dict[str, str] = {}
+    if not isinstance(tuning, dict):
+        return out
+    metric = tuning.get("metric") or "best_val_loss"
+    by_name = {c.get("row"): c for c in cells or []}
+    for r in tuning.get("rows") or []:
+        r["held"] = None
+        cell = by_name.get(r.get("name"))
+        at = next((e for e in r.get("values") or [] if e.get("value") == r.get("chosen")), None)
+        if not _finite(bigram) or cell is None or at is None or not _finite(at.get("mean")):
+            continue
+        judged = [run for run in cell.get("runs") or [] if run.get("status") in ("completed", "diverged")]
+        if not judged:
+            continue
+        values = [run.get(metric) for run in judged]
+        short = sum(not (run.get("status") == "completed" and _finite(v) and v < bigram)
+                    for run, v in zip(judged, values))
+        finite = [v for v in values if _finite(v)]
+        mean = sum(finite) / len(finite) if finite else None
+        r["comparison"] = {"mean": mean, "n": len(judged), "not_beyond": short}
+        r["held"] = not (at["mean"] < bigram and 2 * short > len(judged))
+        if not r["held"]:
+            seeds = len(tuning.get("seeds") or [])
+            out[r["name"]] = (f"{r['name']}'s tuned {tuning.get('axis', LR_AXIS)} = {_v(r['chosen'])} did not hold: "
+                              f"its {seeds} tuning seed(s) reached {_loss(at['mean'])} there, but {short} of "
+                              f"{len(judged)} comparison runs did not learn beyond the bigram level "
+                              f"({_loss(bigram)}; their mean {_loss(mean)}), so the row is not the design at "
+                              f"its own best rate")
     return out
 
 
@@ -374,6 +418,7 @@ def _tuning_blocks(t: dict) -> list[tuple]:
         by_value = {e["value"]: e for e in r.get("values") or []}
         notes = [r["note"]] if r.get("note") else []
         notes += [f"grid's {r['edge']} edge" + (" after extending it" if r.get("added") else "")] if r.get("edge") else []
+        notes += ["did not hold on the comparison seeds"] if r.get("held") is False else []
         chosen = _v(r.get("chosen")) + (f" ({'; '.join(notes)})" if notes else "")
         rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], len(seeds)) if v in by_value else DASH
                                             for v in values] + [chosen])
@@ -395,6 +440,17 @@ def _tuning_blocks(t: dict) -> list[tuple]:
         b.append(("p", f"{len(edges)} of {len(table_rows)} rows chose a value at an end of the values they "
                        f"tried ({top} at the top, {len(edges) - top} at the bottom): their best may lie beyond, "
                        f"so they may not be compared at their own best rate. {wider}"))
+    unheld = [r for r in table_rows if r.get("held") is False]
+    if unheld:
+        b.append(("p", f"{len(unheld)} of {len(table_rows)} rows' tuned values did not hold on their comparison "
+                       "seeds: the tuning seeds learned beyond the bigram level at the chosen value, most "
+                       "comparison runs did not ("
+                       + "; ".join(f"{r['name']} at {_v(r['chosen'])}: {r['comparison']['not_beyond']} of "
+                                   f"{r['comparison']['n']} runs, mean {_loss(r['comparison']['mean'])}"
+                                   for r in unheld)
+                       + "). The rate sits where seeds disagree, so these rows are not their designs at their "
+                         "own best rate, and no claim on them gets a verdict. More tuning seeds ([tune] seeds) "
+                         "settle it."))
     b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "
                    "or failed tuning run is worse than any value without; ties go to the smaller value; if "
                    "every value failed, the smallest is taken and the row says so. The tuning seeds are "
