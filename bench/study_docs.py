@@ -422,7 +422,7 @@ def glance(found: dict, names: list, level: int, kept: dict | None = None) -> st
     """Every verdict of the studies' first-scale reports in one table, with the counts: which published
     findings this scale reproduced, contradicted or left open (each study's section has the reasons).
     A kept section's rows (kept_sections) are kept as they were."""
-    from reslab.report.claims import estimate_text, interval_text, p_text
+    from reslab.report.claims import estimate_text, interval_text, p_text, verdict_text
 
     rows, count, kept = [], {}, kept or {}
     for name in names:
@@ -431,12 +431,13 @@ def glance(found: dict, names: list, level: int, kept: dict | None = None) -> st
             for c in report.get("claims") or []:
                 verdict = str(c.get("verdict") or DASH)
                 count[verdict] = count.get(verdict, 0) + 1
-                rows.append([f"{name} ({scale})" if scale else name, str(c.get("statement") or DASH), verdict,
-                             estimate_text(c), interval_text(c), p_text(c)])
+                rows.append([f"{name} ({scale})" if scale else name, str(c.get("statement") or DASH),
+                             verdict_text(c), estimate_text(c), interval_text(c), p_text(c)])
         if name not in found and name in kept:
             for line in kept[name][1]:
                 cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-                count[cells[2]] = count.get(cells[2], 0) + 1
+                verdict = cells[2].split(" (")[0]
+                count[verdict] = count.get(verdict, 0) + 1
                 rows.append(cells)
     order = ["reproduced", "not reproduced", "inconclusive"]
     counts = ", ".join(f"{count[v]} {v}" for v in order + sorted(set(count) - set(order)) if count.get(v))

@@ -163,6 +163,9 @@ def test_a_claim_on_a_row_whose_tuned_rate_did_not_hold_gets_no_verdict():
         assert f"the test alone says {plain[cid]['verdict']}" in out[cid]["reason"]
         assert out[cid]["estimate"] == plain[cid]["estimate"] and out[cid]["p_holm"] == plain[cid]["p_holm"]
     assert out["d"] == plain["d"]  # a claim on other rows is untouched
+    assert out["cliff"]["unheld"] == ["linear"]
+    assert claims_mod.verdict_text(out["cliff"]) == "inconclusive (a tuned rate did not hold)"
+    assert claims_mod.verdict_text(plain["cliff"]) == "not reproduced"
 
 
 def test_unnamed_axes_are_pooled_and_named_ones_are_inherited():

@@ -740,7 +740,7 @@ def _unsettle(r: dict, unheld: dict[str, str]) -> None:
     if not names or r.get("verdict") == NOT_TESTED:
         return
     test_says = r.get("verdict")
-    r["verdict"] = "inconclusive"
+    r["verdict"], r["unheld"] = "inconclusive", names
     r["reason"] = (f"{'; '.join(unheld[n] for n in names)}: no verdict (the test alone says "
                    f"{test_says}: {r.get('reason')})")
 
@@ -806,6 +806,12 @@ def interval_text(r: dict) -> str:
     return f"[{lo:+.4f}, {hi:+.4f}]"
 
 
+def verdict_text(r: dict) -> str:
+    """The verdict as tables show it: an inconclusive one says when a row's tuned rate did not hold."""
+    verdict = str(r.get("verdict") or "—")
+    return verdict + (" (a tuned rate did not hold)" if r.get("unheld") else "")
+
+
 def estimate_text(r: dict) -> str:
     est = r.get("estimate")
     if r.get("kind") in ("fails", "trains"):
@@ -839,6 +845,6 @@ def claim_blocks(report: dict) -> list[tuple]:
         n = r.get("n")
         body.append([str(r.get("id", "—")), str(r.get("statement") or "—"), str(r.get("source") or "—"),
                      estimate_text(r), interval_text(r), test if n is None else f"{test}, n = {n}",
-                     p_text(r), str(r.get("verdict") or "—"), str(r.get("reason") or "—")])
+                     p_text(r), verdict_text(r), str(r.get("reason") or "—")])
     return [("h2", "Published claims and verdicts"), ("table", headers, body, "lllrrlrll"),
             ("p", RULES_TEXT)]
