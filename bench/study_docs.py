@@ -276,6 +276,7 @@ def main_table(report: dict) -> str:
     tuning = (report.get("lr") or {}).get("tuning") or {}
     grid = tuning.get("grid") or tuning.get("values") or []   # the [tune] grid, before any extension
     tuned = any("lr (tuned)" in (r.get("extra") or {}) for r in report.get("table") or [])
+    unheld = {t.get("name") for t in tuning.get("rows") or [] if t.get("held") is False}
     rows = []
     for r in report.get("table") or []:
         best = r.get("best") or {}
@@ -304,6 +305,8 @@ def main_table(report: dict) -> str:
             flags.append(f"less than {CPU_MARGIN} below bigram")   # the cpu scale's rule, not met
         if n < 3:
             flags.append(f"n = {n}")
+        if r.get("variant") in unheld:   # its tuning seeds learned at this lr, its comparison seeds did not
+            flags.append("tuned lr did not hold")
         name = str(r.get("variant", DASH)) + (" (baseline)" if r.get("is_baseline") else "")
         lr = []
         if tuned:   # each row's own tuned lr; at an end of the values it tried its best may lie beyond

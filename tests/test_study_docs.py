@@ -226,6 +226,10 @@ def test_cpu_rows_short_of_the_margin_are_flagged(docs):
     assert "less than 0.3 below bigram" in lines[1]
     assert "not beyond bigram" in lines[2] and "less than 0.3" not in lines[2]
     assert "less than 0.3" not in docs.main_table(report("smoke", [2.3]))
+    held = report("cpu", [2.1, 3.35])
+    held["lr"] = {"tuning": {"rows": [{"name": "v0", "held": True}, {"name": "v1", "held": False}]}}
+    lines = docs.main_table(held).splitlines()[2:]
+    assert "did not hold" not in lines[0] and "not beyond bigram, tuned lr did not hold" in lines[1]
 
 
 def test_each_rows_tuned_lr_is_shown_with_the_grids_edges_marked(docs):
