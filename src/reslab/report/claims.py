@@ -444,6 +444,18 @@ def _status(run: dict, metric: str) -> str:
     return "ok" if math.isfinite(v) else "diverged"
 
 
+def run_fails(run: dict, metric: str, bigram: float | None) -> bool | None:
+    """The fails / trains rule for one run: True when it diverged (or its value is not finite) or its
+    metric is at or above the bigram level, False when it trained; None when it has no result or
+    there is no bigram level to judge it by."""
+    s = _status(run, metric)
+    if s == "diverged":
+        return True
+    if s == "missing" or bigram is None:
+        return None
+    return float(run[metric]) >= bigram
+
+
 def _select(cell: dict, rows: list[dict]) -> tuple[dict, str | None]:
     """The cell's axes resolved to the report rows' grid keys, or why they cannot be."""
     axes = list(dict.fromkeys(k for r in rows for k in (r.get("grid") or {})))
@@ -655,14 +667,12 @@ def _fails(claim: dict, name: str, units: dict, reference: dict | None, rows: li
     bigram = float(bigram) if _is_number(bigram) and math.isfinite(bigram) else None
     failed = trained = unjudged = missing = 0
     for run in units.values():
-        s = _status(run, metric)
-        if s == "diverged":
-            failed += 1
-        elif s == "missing":
+        fails = run_fails(run, metric, bigram)
+        if fails is None and _status(run, metric) == "missing":
             missing += 1
-        elif bigram is None:
+        elif fails is None:
             unjudged += 1
-        elif float(run[metric]) >= bigram:
+        elif fails:
             failed += 1
         else:
             trained += 1

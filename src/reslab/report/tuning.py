@@ -39,6 +39,7 @@ from pathlib import Path
 from ..errors import ReslabError
 from ..sweep.tune import grid_edge  # noqa: F401  (the report's and study_docs' name for it)
 from . import stats
+from .claims import run_fails
 
 DASH = "—"
 LR_AXIS = "optim.lr"
@@ -170,8 +171,8 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
 
 def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> dict[str, str]:
     """Rows whose tuned value did not hold: at the chosen value the tuning seeds' mean learned
-    beyond the bigram level, but more than half of the row's comparison runs did not (a diverged or
-    non-finite run, or a metric at or above the bigram level). Each tuning row gets "held": None
+    beyond the bigram level, but more than half of the row's comparison runs did not (the fails
+    rule of claims: diverged, non-finite, or at or above the bigram level). Each tuning row gets "held": None
     (nothing to judge: no levels, no choice or no comparison run yet), True or False, and
     "comparison": {"mean", "n", "not_beyond"}. Returns {row name: the reason, with its numbers}."""
     out: dict[str, str] = {}
@@ -185,13 +186,12 @@ def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> 
         at = next((e for e in r.get("values") or [] if e.get("value") == r.get("chosen")), None)
         if not _finite(bigram) or cell is None or at is None or not _finite(at.get("mean")):
             continue
-        judged = [run for run in cell.get("runs") or [] if run.get("status") in ("completed", "diverged")]
+        judged = [(run, run_fails(run, metric, bigram)) for run in cell.get("runs") or []]
+        judged = [(run, fails) for run, fails in judged if fails is not None]
         if not judged:
             continue
-        values = [run.get(metric) for run in judged]
-        short = sum(not (run.get("status") == "completed" and _finite(v) and v < bigram)
-                    for run, v in zip(judged, values))
-        finite = [v for v in values if _finite(v)]
+        short = sum(fails for _, fails in judged)
+        finite = [run[metric] for run, _ in judged if _finite(run.get(metric))]
         mean = sum(finite) / len(finite) if finite else None
         r["comparison"] = {"mean": mean, "n": len(judged), "not_beyond": short}
         r["held"] = not (at["mean"] < bigram and 2 * short > len(judged))

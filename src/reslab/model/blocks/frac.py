@@ -38,6 +38,7 @@ from ...config import ModelConfig
 from ..norms import make_norm
 from ..registry import design_options
 from . import base
+from .hyper import mix_streams
 
 DYNAMIC_SCALE_INIT = 0.01  # s_alpha, s_beta at init, as hyper-connections'
 
@@ -88,10 +89,9 @@ class FracConnection(nn.Module):
 
 def combine(weights: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     """out_f = sum_g weights[g, f] H_g: (..., m, m) weights, (B, T, m, d) fractions -> (B, T, m, d).
-    (einsum folds static weights into one matrix product; a transposed matmul broadcasts them to
-    every token, and per-token weights are made contiguous first, as hyper.mix_streams explains.)"""
-    w = weights.transpose(-2, -1)                       # w[f, g] = weights[g, f]
-    return torch.einsum("...fg,...gd->...fd", w.contiguous() if w.dim() > 2 else w, H)
+    This is hyper-connections' stream mixing with the transposed matrix (M[f, g] = weights[g, f]),
+    so it shares that product and its layout choices (hyper.mix_streams)."""
+    return mix_streams(weights.transpose(-2, -1), H)
 
 
 class FracBlock(base.Block):
