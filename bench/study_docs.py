@@ -277,6 +277,7 @@ def main_table(report: dict) -> str:
     grid = tuning.get("grid") or tuning.get("values") or []   # the [tune] grid, before any extension
     tuned = any("lr (tuned)" in (r.get("extra") or {}) for r in report.get("table") or [])
     unheld = {t.get("name") for t in tuning.get("rows") or [] if t.get("held") is False}
+    own = {t.get("name"): t["own_values"] for t in tuning.get("rows") or [] if t.get("own_values")}
     rows = []
     for r in report.get("table") or []:
         best = r.get("best") or {}
@@ -311,9 +312,10 @@ def main_table(report: dict) -> str:
         lr = []
         if tuned:   # each row's own tuned lr; at an end of the values it tried its best may lie beyond
             v = _num((r.get("extra") or {}).get("lr (tuned)"))
-            edge = r["tuned_edge"] if "tuned_edge" in r else (grid_edge(v, grid) if v is not None else None)
+            row_grid = own.get(r.get("variant"), grid)   # a [[tune.rows]] entry's values, else the grid
+            edge = r["tuned_edge"] if "tuned_edge" in r else (grid_edge(v, row_grid) if v is not None else None)
             mark = f"{edge} of grid" if edge else ""
-            if v is not None and grid and v not in grid:
+            if v is not None and row_grid and v not in row_grid:
                 mark = f"{edge} of extended grid" if edge else "beyond the [tune] grid"
             lr = [DASH if v is None else f"{v:g}" + (f" ({mark})" if mark else "")]
         rows.append([name, f"{n}/{r.get('n_planned', n)}", value, interval, diff, below_text] + lr

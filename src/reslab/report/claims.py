@@ -341,6 +341,57 @@ def _claim_grid(spec, scales: list | None) -> dict:
     return out
 
 
+def resolve_cell_axes(cell_axes: dict, grid: dict, at: str, errors: list[str]) -> dict | None:
+    """A cell's axes ({key as written: value}) as {full grid axis: value}, each key resolved against
+    `grid` and each value checked to be one of its values or point names; None (its problems
+    appended to errors at `at`) when any is not."""
+    axes, named, ok = list(grid), {}, True
+    for key, value in cell_axes.items():
+        hit = _resolve_key(key, axes)
+        if not hit:
+            known = ", ".join(axes) or "none (this spec has no grid)"
+            errors.append(f"{at}.{key}: unknown grid axis; axes are {known}" + _named_point_hint(key, value, grid))
+            ok = False
+            continue
+        if len(hit) > 1:
+            errors.append(f"{at}.{key}: ambiguous: grid axes {' and '.join(hit)} both end in {key}; write the full key")
+            ok = False
+            continue
+        axis = hit[0]
+        if axis in named:
+            errors.append(f"{at}.{key}: grid axis {axis} is named twice")
+            ok = False
+            continue
+        points = grid[axis]
+        if isinstance(points, dict):
+            if not isinstance(value, str) or value not in points:
+                errors.append(f"{at}.{key}: {value!r} is not a point of the named grid axis {axis}; "
+                              f"points are {', '.join(points)}")
+                ok = False
+                continue
+        elif isinstance(points, list) and not any(_same(value, v) for v in points):
+            errors.append(f"{at}.{key}: {value!r} is not a value of grid axis {axis}; values are "
+                          f"{', '.join(str(v) for v in points)}")
+            ok = False
+            continue
+        named[axis] = value
+    return named if ok else None
+
+
+def selects(match: dict, variant: str, point: dict) -> bool:
+    """Whether a selector written as a claim's cell ({variant = ..., <axis> = <value>}, every key
+    optional) selects the row (variant, grid point {full axis: value or point name})."""
+    for key, want in _flatten(match).items():
+        if key == "variant":
+            if variant != want:
+                return False
+            continue
+        hit = _resolve_key(key, list(point))
+        if len(hit) != 1 or not _same(point[hit[0]], want):
+            return False
+    return True
+
+
 def check_claims(spec, errors: list[str]) -> None:
     """Problems of the spec's [[claims]] entries, appended to errors at their path: unknown kinds,
     missing or unknown fields, cells naming unknown variants, grid axes or values, unknown scales,
@@ -366,7 +417,6 @@ def check_claims(spec, errors: list[str]) -> None:
                 errors.append(f"{where}.scales: this spec declares no scales; remove it")
                 break
         grid = _claim_grid(spec, parsed["scales"])
-        axes = list(grid)
         if parsed["kind"] == "spread":
             paths = [f"cells[{j}]" for j in range(len(parsed["cells"]))]
         else:
@@ -379,39 +429,9 @@ def check_claims(spec, errors: list[str]) -> None:
             if cell["variant"] not in spec.variants:
                 errors.append(f"{at}.variant: unknown variant {cell['variant']!r}; variants are {variants}")
                 ok = False
-            named: dict = {}
-            for key, value in cell["axes"].items():
-                hit = _resolve_key(key, axes)
-                if not hit:
-                    known = ", ".join(axes) or "none (this spec has no grid)"
-                    errors.append(f"{at}.{key}: unknown grid axis; axes are {known}"
-                                  + _named_point_hint(key, value, grid))
-                    ok = False
-                    continue
-                if len(hit) > 1:
-                    errors.append(f"{at}.{key}: ambiguous: grid axes {' and '.join(hit)} both end in "
-                                  f"{key}; write the full key")
-                    ok = False
-                    continue
-                axis = hit[0]
-                if axis in named:
-                    errors.append(f"{at}.{key}: grid axis {axis} is named twice")
-                    ok = False
-                    continue
-                points = grid[axis]
-                if isinstance(points, dict):
-                    if not isinstance(value, str) or value not in points:
-                        errors.append(f"{at}.{key}: {value!r} is not a point of the named grid axis {axis}; "
-                                      f"points are {', '.join(points)}")
-                        ok = False
-                        continue
-                elif isinstance(points, list) and not any(_same(value, v) for v in points):
-                    errors.append(f"{at}.{key}: {value!r} is not a value of grid axis {axis}; values are "
-                                  f"{', '.join(str(v) for v in points)}")
-                    ok = False
-                    continue
-                named[axis] = value
-            resolved.append(named)
+            named = resolve_cell_axes(cell["axes"], grid, at, errors)
+            ok = ok and named is not None
+            resolved.append(named or {})
         if not ok:
             continue
         completed, problem = _complete(resolved)

@@ -161,12 +161,24 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
         value, table, note = pick(row_values, row["results"], len(seeds))
         if key in chosen:
             value, note = chosen[key].get("value"), chosen[key].get("note")
-        added = [v for v in row_values if v not in values]
+        own = _own_values(tune, row["variant"], row["grid"])
+        added = [v for v in row_values if v not in own]
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
                             "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_values),
-                            "added": added})
-    out["values"] = sorted(set(values).union(*(r["added"] for r in out["rows"])))
+                            "own_values": own, "added": added})
+    out["values"] = sorted(set(values).union(*(set(r["own_values"]) | set(r["added"]) for r in out["rows"])))
     return out
+
+
+def _own_values(tune: dict, variant, point: dict) -> list:
+    """The values a row tuned over before any extension: its [[tune.rows]] entry's, else tune.values
+    (sweep/tune.py's row_values, on the recorded spec)."""
+    from .claims import selects
+
+    for entry in tune.get("rows") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("match"), dict) and selects(entry["match"], variant, point):
+            return sorted(entry.get("values") or [])
+    return sorted(tune.get("values") or [])
 
 
 def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> dict[str, str]:
@@ -427,9 +439,11 @@ def _tuning_blocks(t: dict) -> list[tuple]:
                   rows, "l" + "r" * len(values) + "l"))
     grown = [r for r in table_rows if r.get("added")]
     if grown:
-        b.append(("p", f"{len(grown)} of {len(table_rows)} rows chose an end of the grid "
-                       f"({', '.join(_v(v) for v in t.get('grid') or [])}) and tried values beyond it, one "
-                       f"geometric step at a time, up to {t.get('extend')} a side (tune.extend): "
+        grids = {tuple(r.get("own_values") or t.get("grid") or []) for r in table_rows}
+        where = (f"the grid ({', '.join(_v(v) for v in t.get('grid') or [])})" if len(grids) == 1
+                 else "the values they were given")
+        b.append(("p", f"{len(grown)} of {len(table_rows)} rows chose an end of {where} and tried values beyond "
+                       f"it, one geometric step at a time, up to {t.get('extend')} a side (tune.extend): "
                        + "; ".join(f"{r['name']} {', '.join(_v(v) for v in r['added'])}" for r in grown)
                        + ". A cell with — is a value that row did not try."))
     edges = [r for r in table_rows if r.get("edge")]

@@ -167,7 +167,7 @@ def cmd_sweep_plan(args) -> None:
     from .runner import plan_status
     from .spec import expand
     from .store import Store
-    from .tune import check_override_conflict, plan, tune_name, tuning_runs
+    from .tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
 
     spec = _spec(args)
     store = Store(readable_store(args))
@@ -197,13 +197,13 @@ def cmd_sweep_plan(args) -> None:
                 for c in p["choices"] if c["value"] is None for seed in spec.seeds]
         print(json.dumps(out, indent=2))
         return
-    values = ", ".join(f"{v:g}" for v in t.values)
+    values = values_text(t)
     seeds = ", ".join(map(str, t.seeds))
     at = ", ".join(sorted({r.scale for r in p["tuning"]} - {""}))
     grown = len(tuning) - len(tuning_runs(spec, args.scale))
     extend = (f"; tune.extend = {t.extend}: a row whose best is an end of its values tries up to {t.extend} more "
               f"beyond it ({grown} such runs so far)") if t.extend else ""
-    print(f"tuning {tune_name(spec.name)}: {t.axis} in [{values}] x tuning seeds {seeds}"
+    print(f"tuning {tune_name(spec.name)}: {t.axis} in {values} x tuning seeds {seeds}"
           + (f" at scale {at}" if at else "") + f", {len(tuning)} runs{extend}")
     for run, folder, status in tuning:
         print(f"{run.id}  {status:<10} {run.label}")

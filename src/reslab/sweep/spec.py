@@ -109,6 +109,18 @@ class StudyInfo:
 
 
 @dataclass(frozen=True)
+class TuneRow:
+    """[[tune.rows]]: the values of the rows that `match` selects (a variant and/or grid points,
+    written as a claim's cell is), in place of tune.values; the first entry that matches wins."""
+    match: dict
+    values: list
+
+    def __post_init__(self):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):
+            object.__setattr__(self, "values", sorted(self.values))
+
+
+@dataclass(frozen=True)
 class TuneOptions:
     """[tune]: before a scale's comparison runs, each row (variant x grid point) trains at every
     value of `axis` on the tuning seeds; each row's comparison runs then use its best value
@@ -119,6 +131,7 @@ class TuneOptions:
     metric: Literal["best_val_loss", "final_val_loss"] = "best_val_loss"
     scales: Optional[list[str]] = None  # the scales that tune (default: every scale)
     extend: int = 0  # a row whose best value is an end of its grid tries up to this many values beyond it
+    rows: list[TuneRow] = field(default_factory=list)  # [[tune.rows]]: some rows' own values
 
     def __post_init__(self):
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):

@@ -7,10 +7,13 @@
     metric = "best_val_loss"          # or "final_val_loss"
     scales = ["cpu"]                  # optional: the scales that tune (default: every scale)
     extend = 2                        # optional: values a row may add beyond an end it chose (default 0)
+    [[tune.rows]]                     # optional, repeatable: the rows `match` selects (a variant and/or
+    match = { variant = "post-ln" }   #   grid points, as a claim's cell) tune over these values instead;
+    values = [3e-4, 1e-3, 3e-3]       #   the first entry that selects a row wins
 
 At a scale that tunes, a sweep runs in two phases:
 
-    tuning      every row (variant x grid point) x every value x every tuning seed, as its own
+    tuning      every row (variant x grid point) x each of its values x every tuning seed, as its own
                 sweep named <spec>.tune (the axis is one more grid axis there), resumed and reported
                 like any sweep
     choice      per row, the value with the lowest mean metric over the tuning seeds; a value with a
@@ -117,30 +120,11 @@ def check_tune(spec, errors: list[str]) -> None:
     problem = axis_problem(t.axis)
     if problem:
         errors.append(f"tune.axis: {problem}")
-    values = t.values
-    if len(values) < 2:
-        errors.append(f"tune.values: give at least 2 values to choose from, got {values}")
-    bad = [v for v in values if not _finite(v)]
-    if bad:
-        errors.append(f"tune.values: must be finite numbers, got {bad[0]!r}")
-    elif len(set(values)) != len(values):
-        errors.append(f"tune.values: {values} repeats a value")
-    elif t.axis == "optim.lr" and any(v <= 0 for v in values):
-        errors.append(f"tune.values: learning rates must be > 0, got {min(values)!r}")
-    elif not problem:
-        lines: dict[str, str] = {}
-        for i, v in enumerate(values):
-            found: list[str] = []
-            _check_overrides(_nested(t.axis, v), "", found)
-            for line in found:
-                lines.setdefault(line, f"tune.values[{i}]: {line}")
-        errors += list(lines.values())
     if not 0 <= t.extend <= MAX_EXTEND:
         errors.append(f"tune.extend: the values a row may add beyond an end of its grid must be 0 to "
                       f"{MAX_EXTEND}, got {t.extend}")
-    elif t.extend and not bad and any(v <= 0 for v in values):
-        errors.append(f"tune.extend: extends the grid in geometric steps, so every value must be > 0, got "
-                      f"{min(values)!r}; set extend = 0 or give positive values")
+    _check_values(t, t.values, "tune.values", problem is None, errors)
+    _check_rows(spec, problem is None, errors)
     from .spec import check_seed_list
 
     check_seed_list(t.seeds, "tune.seeds", "[9001, 9002]", errors)
@@ -171,10 +155,90 @@ def check_tune(spec, errors: list[str]) -> None:
     if _sets(spec.overrides, t.axis):
         errors.append(f"overrides: sets {t.axis}, which tune.axis chooses for each row; remove it")
     per_seed = planned_count(spec) // max(len(spec.seeds), 1)
-    most = per_seed * (len(values) + max(t.extend, 0)) * len(t.seeds)
+    most = per_seed * (max(map(len, value_lists(t))) + max(t.extend, 0)) * len(t.seeds)
     if most > MAX_RUNS:
         errors.append(f"tune: plans up to {most:,} tuning runs (rows x (values + extend) x seeds), more than "
                       f"{MAX_RUNS:,}; shorten its values, extend or seeds")
+
+
+def _check_values(t, values: list, where: str, axis_ok: bool, errors: list[str]) -> None:
+    """Problems of one list of values to choose from (tune.values or a tune.rows entry's)."""
+    from .spec import _check_overrides, _nested
+
+    if len(values) < 2:
+        errors.append(f"{where}: give at least 2 values to choose from, got {values}")
+    bad = [v for v in values if not _finite(v)]
+    if bad:
+        errors.append(f"{where}: must be finite numbers, got {bad[0]!r}")
+    elif len(set(values)) != len(values):
+        errors.append(f"{where}: {values} repeats a value")
+    elif t.axis == "optim.lr" and any(v <= 0 for v in values):
+        errors.append(f"{where}: learning rates must be > 0, got {min(values)!r}")
+    elif axis_ok:
+        lines: dict[str, str] = {}
+        for i, v in enumerate(values):
+            found: list[str] = []
+            _check_overrides(_nested(t.axis, v), "", found)
+            for line in found:
+                lines.setdefault(line, f"{where}[{i}]: {line}")
+        errors += list(lines.values())
+    if 0 < t.extend <= MAX_EXTEND and not bad and any(v <= 0 for v in values):
+        errors.append(f"tune.extend: extends the grid in geometric steps, so every value must be > 0, got "
+                      f"{min(values)!r}" + ("" if where == "tune.values" else f" in {where}")
+                      + "; set extend = 0 or give positive values")
+
+
+def _check_rows(spec, axis_ok: bool, errors: list[str]) -> None:
+    """Problems of [[tune.rows]]: each match must name a known variant and grid points of the
+    tuning scales (as a claim's cell does), and bring its own valid values."""
+    from ..report.claims import _claim_grid, resolve_cell_axes
+
+    t = spec.tune
+    grid = _claim_grid(spec, t.scales)
+    for i, entry in enumerate(t.rows):
+        where = f"tune.rows[{i}]"
+        if not entry.match:
+            errors.append(f"{where}.match: empty; name a variant and/or grid points, e.g. "
+                          "{ variant = \"post-ln\", n_layer = 16 }, or use tune.values for every row")
+        variant = entry.match.get("variant")
+        if variant is not None and variant not in spec.variants:
+            errors.append(f"{where}.match.variant: unknown variant {variant!r}; variants are "
+                          f"{', '.join(sorted(spec.variants)) or 'none declared'}")
+        resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
+        _check_values(t, entry.values, f"{where}.values", axis_ok, errors)
+
+
+# ---- each row's values ---------------------------------------------------------------------------
+def _selects(entry, variant: str, point: dict) -> bool:
+    from ..report.claims import selects
+
+    return selects(entry.match, variant, point)
+
+
+def row_values(t, variant: str, point: dict) -> list:
+    """The values a row (variant, grid point without the axis) tunes over: the first [[tune.rows]]
+    entry that selects it, else tune.values."""
+    for entry in t.rows:
+        if _selects(entry, variant, point):
+            return list(entry.values)
+    return list(t.values)
+
+
+def value_lists(t) -> list[list]:
+    """The distinct lists of values rows tune over: tune.values first, then the rows entries'."""
+    out: list[list] = []
+    for values in [t.values] + [entry.values for entry in t.rows]:
+        if list(values) not in out:
+            out.append(list(values))
+    return out
+
+
+def values_text(t) -> str:
+    """tune.values, and the rows entries' values with their selectors, for a log line."""
+    def fmt(values):
+        return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+    rows = "; ".join(" ".join(f"{k} = {v}" for k, v in e.match.items()) + f": {fmt(e.values)}" for e in t.rows)
+    return fmt(t.values) + (f" ({rows})" if rows else "")
 
 
 def _check_sensitivity(spec, errors: list[str]) -> None:
@@ -207,9 +271,10 @@ def tuning_scales(spec, scales: list[str] | None = None) -> list[str]:
 
 def tuning_spec(spec, values: list | None = None):
     """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds.
-    `values`: the axis's values there (default: tune.values; an extension plans its runs with its own)."""
+    `values`: the axis's values there (default: every value some row tunes over, tune.values and
+    [[tune.rows]]'; an extension plans its runs with its own)."""
     t = spec.tune
-    values = list(t.values) if values is None else list(values)
+    values = sorted({v for vs in value_lists(t) for v in vs}) if values is None else list(values)
     return spec.replace(
         name=tune_name(spec.name), seeds=list(t.seeds), tune=None, study=None, claims=[],
         grid=dict(spec.grid, **{t.axis: values}),
@@ -220,14 +285,38 @@ def tuning_spec(spec, values: list | None = None):
 
 
 def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec", values: list | None = None) -> list:
-    """The planned tuning runs of the chosen scales that tune ([] when none does): the grid's, or
-    every row's runs at `values` (an extension's)."""
+    """The planned tuning runs of the chosen scales that tune ([] when none does): each row's at its
+    own values (row_values), or every row's runs at `values` (an extension's).
+
+    Each distinct list of values is planned for the variants of the rows that tune over it, so a
+    value is checked only against the rows that train it; runs keep expand()'s seed-major order."""
     from .spec import expand
 
+    t = spec.tune
     tscales = tuning_scales(spec, scales)
     if not tscales:
         return []
-    return expand(tuning_spec(spec, values), tscales if spec.scales else None, where=where)
+    at = tscales if spec.scales else None
+    if values is not None or not t.rows:
+        return expand(tuning_spec(spec, values), at, where=where)
+    runs, taken = [], [0] * len(t.rows)
+    for vals in value_lists(t):
+        planned = expand(tuning_spec(spec, vals), at, where=where)
+        for run in planned:
+            _, variant, point = _row_of(run, t.axis)
+            if row_values(t, variant, point) == vals:
+                runs.append(run)
+    for run in runs:  # which entry took each row: one that takes none is a mistake in the spec
+        _, variant, point = _row_of(run, t.axis)
+        hit = next((i for i, e in enumerate(t.rows) if _selects(e, variant, point)), None)
+        if hit is not None:
+            taken[hit] += 1
+    idle = [i for i, n in enumerate(taken) if not n]
+    if idle and scales is None:
+        raise ConfigError(f"{where}: tune.rows[{idle[0]}].match selects no row that an earlier entry has not "
+                          "taken; remove it or name another variant or grid point")
+    order = {s: i for i, s in enumerate(t.seeds)}
+    return sorted(runs, key=lambda r: order.get(r.seed, len(order)))
 
 
 def check_override_conflict(spec, scales: list[str] | None = None, where: str = "--set") -> None:

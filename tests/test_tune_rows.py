@@ -1,0 +1,130 @@
+"""[[tune.rows]]: rows that tune over their own values instead of tune.values."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from reslab.cli import main
+from reslab.errors import ConfigError
+from reslab.report.tuning import lr_blocks, lr_section
+from reslab.sweep.runner import run_sweep
+from reslab.sweep.spec import parse_spec
+from reslab.sweep.store import Store
+from reslab.sweep.tune import row_values, tuning_plan, tuning_runs
+from tests.sweep_helpers import spec_dict, write_spec
+
+SEEDS = [9001, 9002]
+
+
+def _spec_dict(tmp, rows, values=(1e-3, 1e-2), grid=None, **tune):
+    data = spec_dict(tmp, seeds=[1], steps=6, eval_interval=3)
+    data["base"]["optim"]["min_lr"] = 1e-6
+    data["tune"] = {"axis": "optim.lr", "values": list(values), "seeds": SEEDS, "rows": rows, **tune}
+    if grid is not None:
+        data["grid"] = grid
+    return data
+
+
+def _lrs(runs) -> dict:
+    """(variant, grid point without lr) -> the sorted values its tuning runs train, with each value's seeds."""
+    out: dict = {}
+    for r in runs:
+        point = tuple(sorted((k, v) for k, v in r.grid.items() if k != "optim.lr"))
+        out.setdefault((r.variant, point), {}).setdefault(r.grid["optim.lr"], []).append(r.seed)
+    return out
+
+
+def test_a_row_an_entry_selects_tunes_over_that_entrys_values_only(tmp_path):
+    spec = parse_spec(_spec_dict(tmp_path, [{"match": {"variant": "none"}, "values": [3e-4, 1e-4]}]))
+    runs = tuning_runs(spec)
+    assert _lrs(runs) == {("full", ()): {1e-3: SEEDS, 1e-2: SEEDS}, ("none", ()): {1e-4: SEEDS, 3e-4: SEEDS}}
+    assert spec.tune.rows[0].values == [1e-4, 3e-4]   # kept sorted ascending, as tune.values is
+    assert [r.seed for r in runs] == sorted((r.seed for r in runs), key=SEEDS.index)   # seed-major
+    # the same identities as a spec whose grid held those values for every row
+    wide = parse_spec(_spec_dict(tmp_path, [], values=[1e-4, 3e-4, 1e-3, 1e-2]))
+    assert {r.id for r in runs} < {r.id for r in tuning_runs(wide)}
+    assert len(tuning_runs(wide)) == 2 * len(runs)
+
+
+def test_entries_select_by_variant_and_grid_point_and_the_first_match_wins(tmp_path):
+    rows = [{"match": {"n_layer": 2}, "values": [1e-4, 1e-3]},
+            {"match": {"variant": "full"}, "values": [1e-2, 3e-2, 1e-1]}]
+    spec = parse_spec(_spec_dict(tmp_path, rows, grid={"model.n_layer": [1, 2]}))
+    got = {k: sorted(v) for k, v in _lrs(tuning_runs(spec)).items()}
+    assert got == {("full", (("model.n_layer", 1),)): [1e-2, 3e-2, 1e-1],
+                   ("full", (("model.n_layer", 2),)): [1e-4, 1e-3],
+                   ("none", (("model.n_layer", 1),)): [1e-3, 1e-2],
+                   ("none", (("model.n_layer", 2),)): [1e-4, 1e-3]}
+    assert row_values(spec.tune, "none", {"model.n_layer": 1}) == [1e-3, 1e-2]
+
+
+def test_each_row_chooses_among_its_own_values_and_extends_from_them(tmp_path, monkeypatch):
+    import reslab.sweep.tune as tune
+
+    spec = parse_spec(_spec_dict(tmp_path, [{"match": {"variant": "none"}, "values": [1e-4, 3e-4, 1e-3]}], extend=1))
+    curve = {"full": {1e-3: 2.5, 1e-2: 2.2, 0.1: 2.4},         # best 1e-2, the top: tries 0.1, worse
+             "none": {3.3e-5: 3.1, 1e-4: 3.0, 3e-4: 3.2, 1e-3: 3.3}}   # best 1e-4, its own bottom: tries 3.3e-5
+    monkeypatch.setattr(tune, "_status", lambda store, run: {
+        "status": "completed", "best_val_loss": curve[run.variant].get(run.grid["optim.lr"], 3.0)})
+    runs, choices = tuning_plan(spec, None)
+    by = {c["variant"]: c for c in choices}
+    assert by["full"]["value"] == 1e-2 and [e["value"] for e in by["full"]["values"]] == [1e-3, 1e-2, 0.1]
+    assert by["none"]["value"] == 1e-4 and by["none"]["extended"] == {"top": 0, "bottom": 1}
+    assert [e["value"] for e in by["none"]["values"]] == [3.3e-5, 1e-4, 3e-4, 1e-3]
+
+
+BAD = [
+    ([{"match": {"variant": "nope"}, "values": [1e-4, 1e-3]}],
+     "tune.rows[0].match.variant: unknown variant 'nope'; variants are full, none"),
+    ([{"match": {"depth": 2}, "values": [1e-4, 1e-3]}],
+     "tune.rows[0].match.depth: unknown grid axis; axes are model.n_layer"),
+    ([{"match": {"n_layer": 3}, "values": [1e-4, 1e-3]}],
+     "tune.rows[0].match.n_layer: 3 is not a value of grid axis model.n_layer; values are 1, 2"),
+    ([{"match": {}, "values": [1e-4, 1e-3]}], "tune.rows[0].match: empty"),
+    ([{"match": {"variant": "none"}, "values": [1e-4]}],
+     "tune.rows[0].values: give at least 2 values to choose from, got [0.0001]"),
+    ([{"match": {"variant": "none"}, "values": [1e-4, 1e-4]}], "tune.rows[0].values: [0.0001, 0.0001] repeats a value"),
+    ([{"match": {"variant": "none"}, "values": [0.0, 1e-4]}],
+     "tune.rows[0].values: learning rates must be > 0, got 0.0"),
+    ([{"match": {"variant": "none"}}], "tune.rows[0].values: required"),
+    ([{"match": {"variant": "none"}, "values": [1e-4, 1e-3], "colour": 1}], "tune.rows[0].colour: unknown key"),
+    ([{"match": {"variant": "none"}, "values": [1e-4, 1e-3]}, {"match": {"variant": "none", "n_layer": 1},
+                                                               "values": [1e-3, 1e-2]}],
+     "tune.rows[1].match selects no row that an earlier entry has not taken"),
+    ([{"match": {"variant": "none"}, "values": [1e-7, 1e-6]}], "optim.min_lr: must be in [0, lr=1e-07]"),
+]
+
+
+@pytest.mark.parametrize("rows, line", BAD, ids=[b[1][:40] for b in BAD])
+def test_a_bad_rows_entry_is_one_line_naming_it(tmp_path, rows, line):
+    data = _spec_dict(tmp_path, rows, grid={"model.n_layer": [1, 2]})
+    data["base"]["optim"]["min_lr"] = 1e-6 if "min_lr" not in line else 1e-6 * 5
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data)
+    assert len(e.value.errors) == 1, e.value.errors
+    assert line in e.value.errors[0]
+
+
+def test_a_sweep_trains_each_rows_values_and_the_report_and_plan_say_so(tmp_path, capsys):
+    data = _spec_dict(tmp_path, [{"match": {"variant": "none"}, "values": [1e-4, 3e-4]}], seeds=[9001])
+    spec = parse_spec(data)
+    store = Store(tmp_path / "store")
+    result = run_sweep(spec, store, jobs=2, stream=io.StringIO(), log=lambda *_: None, stack="always")
+    assert result.tuning == 4 and result.count("completed") == 6
+    tuned = {c["variant"]: c for c in store.load_spec_record("demo")["tuned"]}
+    assert [e["value"] for e in tuned["none"]["values"]] == [1e-4, 3e-4]
+    assert [e["value"] for e in tuned["full"]["values"]] == [1e-3, 1e-2]
+    # the report: each row's own values, none of them counted as tried beyond its grid
+    section = lr_section(store.load_spec_record("demo")["spec"], store, "demo", "", [], tmp_path / "fig")
+    rows = {r["variant"]: r for r in section["tuning"]["rows"]}
+    assert rows["none"]["own_values"] == [1e-4, 3e-4] and rows["full"]["own_values"] == [1e-3, 1e-2]
+    assert all(r["added"] == [] for r in rows.values())
+    assert section["tuning"]["values"] == [1e-4, 3e-4, 1e-3, 1e-2]
+    assert not any(b[0] == "p" and "tried values beyond it" in b[1] for b in lr_blocks({"lr": section}))
+    store.close()
+    assert main(["sweep", "plan", str(write_spec(tmp_path, data)), "--store", str(tmp_path / "store")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("tuning demo.tune: optim.lr in [0.001, 0.01] (variant = none: [0.0001, 0.0003]) x tuning seeds "
+                     "9001, 4 runs")
