@@ -237,7 +237,7 @@ def values_text(t) -> str:
     """tune.values, and the rows entries' values with their selectors, for a log line."""
     def fmt(values):
         return "[" + ", ".join(f"{v:g}" for v in values) + "]"
-    rows = "; ".join(" ".join(f"{k} = {v}" for k, v in e.match.items()) + f": {fmt(e.values)}" for e in t.rows)
+    rows = "; ".join(", ".join(f"{k} = {v}" for k, v in e.match.items()) + f": {fmt(e.values)}" for e in t.rows)
     return fmt(t.values) + (f" ({rows})" if rows else "")
 
 
