@@ -255,6 +255,35 @@ def test_each_rows_tuned_lr_is_shown_with_the_grids_edges_marked(docs):
     assert "lr (tuned)" not in docs.main_table(report)
 
 
+def test_a_sensitivity_result_gets_its_table_in_the_section(docs, out):
+    """lr-sensitivity's answer is its sensitivity table, not the per-rate rows: a report that carries
+    one (lr.sensitivity) gets it in its section, with the cap, the intervals and the loss at each rate."""
+    folder = out / "out" / "store" / "reports" / "alpha-tiny"
+    report = json.loads((folder / "report.json").read_text())
+    report["lr"] = {"sensitivity": {
+        "axis": "optim.lr", "cap": 3.35, "cap_reason": "the unigram level", "metric": "final_val_loss",
+        "lrs": [0.001, 0.002],
+        "designs": [{"design": "pre-ln", "mean": 0.2013, "std": 0.049, "ci_low": 0.0797, "ci_high": 0.3229,
+                     "n": 3, "best_lr": 0.002, "best_loss": 2.0323,
+                     "mean_loss": [{"lr": 0.001, "mean": 2.1474}, {"lr": 0.002, "mean": 2.0323}]},
+                    {"design": "post-ln", "mean": 0.1, "std": None, "n": 2, "best_lr": 0.001,
+                     "best_loss": 2.25, "mean_loss": [{"lr": 0.001, "mean": 2.25}]}]}}
+    (folder / "report.json").write_text(json.dumps(report))
+    target(out / "README.md")
+    studies, _, _ = target(out / "docs" / "studies.md", before="# Studies\n")
+    assert run(docs, out) == 0
+    text = studies.read_text()
+    section = text[text.index("## alpha"):]
+    assert "### Learning-rate sensitivity (Wortsman et al. 2023)" in section
+    assert "Cap: 3.3500 nats, the unigram level." in section
+    assert "| pre-ln | 0.2013 ± 0.0490 | [0.0797, 0.3229] | 3 | 0.002 | 2.0323 | 2.1474 | 2.0323 |" in section
+    assert "| post-ln | 0.1000 | n<3: no interval | 2 | 0.001 | 2.2500 | 2.2500 | — |" in section
+    # without one, no such table
+    del report["lr"]
+    (folder / "report.json").write_text(json.dumps(report))
+    assert run(docs, out) == 0 and "Learning-rate sensitivity" not in studies.read_text()
+
+
 def test_reports_are_archived_and_a_later_store_without_them_keeps_their_sections(docs, out):
     """Each store report is copied to <figures>/reports with its wall time; regenerating from a store
     that lacks it writes its section from the archive (figures linked, wall kept); a store report of

@@ -415,6 +415,12 @@ def lr_blocks(report: dict) -> list[tuple]:
     return blocks
 
 
+def sensitivity_blocks(report: dict) -> list[tuple]:
+    """The learning-rate sensitivity's blocks alone (bench/study_docs.py puts them in the docs)."""
+    sens = (report.get("lr") or {}).get("sensitivity") if isinstance(report.get("lr"), dict) else None
+    return _sensitivity_blocks(sens) if isinstance(sens, dict) else []
+
+
 def _tuning_blocks(t: dict) -> list[tuple]:
     axis, values, seeds = t.get("axis", LR_AXIS), t.get("values") or [], t.get("seeds") or []
     head = "Learning rate: each design at its own" if axis == LR_AXIS else f"{axis}: each design at its own"
