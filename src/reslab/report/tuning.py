@@ -409,15 +409,13 @@ def lr_blocks(report: dict) -> list[tuple]:
     tuning = section.get("tuning")
     if isinstance(tuning, dict):
         blocks += _tuning_blocks(tuning)
-    sens = section.get("sensitivity")
-    if isinstance(sens, dict):
-        blocks += _sensitivity_blocks(sens)
-    return blocks
+    return blocks + sensitivity_blocks(report)
 
 
 def sensitivity_blocks(report: dict) -> list[tuple]:
     """The learning-rate sensitivity's blocks alone (bench/study_docs.py puts them in the docs)."""
-    sens = (report.get("lr") or {}).get("sensitivity") if isinstance(report.get("lr"), dict) else None
+    section = report.get("lr")
+    sens = section.get("sensitivity") if isinstance(section, dict) else None
     return _sensitivity_blocks(sens) if isinstance(sens, dict) else []
 
 
