@@ -129,9 +129,10 @@ def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict],
 
 # ---- tuning ----------------------------------------------------------------------------------------
 def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> dict:
-    """Per row: each value's mean metric over the tuning seeds and its n, and the chosen value
+    """Per row: each value's mean metric over the row's tuning seeds and its n, and the chosen value
     (as the sweep recorded it; recomputed by the same rule where the record has none). A row's values
-    are the grid's and any it added beyond an end (tune.extend); "values" is their union."""
+    are the grid's and any it added beyond an end (tune.extend); "values" is their union. A row's
+    "seeds" are tune.seeds unless a [[tune.rows]] entry gives it its own."""
     from ..sweep.tune import pick, tune_name
 
     axis, metric, values = tune["axis"], tune.get("metric") or "best_val_loss", sorted(tune["values"])
@@ -158,27 +159,29 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
     chosen = {json.dumps([c.get("variant"), c.get("grid") or {}], sort_keys=True): c for c in recorded}
     for key, row in rows.items():
         row_values = sorted(v for v in row["results"] if _finite(v))
-        value, table, note = pick(row_values, row["results"], len(seeds))
+        own_seeds = _own(tune, row["variant"], row["grid"], "seeds") or seeds
+        value, table, note = pick(row_values, row["results"], len(own_seeds))
         if key in chosen:
             value, note = chosen[key].get("value"), chosen[key].get("note")
-        own = _own_values(tune, row["variant"], row["grid"])
+        own = sorted(_own(tune, row["variant"], row["grid"], "values") or tune.get("values") or [])
         added = [v for v in row_values if v not in own]
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
                             "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_values),
-                            "own_values": own, "added": added})
+                            "own_values": own, "added": added, "seeds": own_seeds})
     out["values"] = sorted(set(values).union(*(set(r["own_values"]) | set(r["added"]) for r in out["rows"])))
     return out
 
 
-def _own_values(tune: dict, variant, point: dict) -> list:
-    """The values a row tuned over before any extension: its [[tune.rows]] entry's, else tune.values
-    (sweep/tune.py's row_values, on the recorded spec)."""
+def _own(tune: dict, variant, point: dict, key: str) -> list:
+    """A row's own "values" (before any extension) or "seeds" from the first [[tune.rows]] entry of
+    the recorded spec that selects it; [] where that entry gives none or none selects it, so the
+    caller falls back to [tune]'s (sweep/tune.py's row_values and row_seeds, on the record)."""
     from .claims import selects
 
     for entry in tune.get("rows") or []:
         if isinstance(entry, dict) and isinstance(entry.get("match"), dict) and selects(entry["match"], variant, point):
-            return sorted(entry.get("values") or [])
-    return sorted(tune.get("values") or [])
+            return list(entry.get(key) or [])
+    return []
 
 
 def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> dict[str, str]:
@@ -208,7 +211,7 @@ def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> 
         r["comparison"] = {"mean": mean, "n": len(judged), "not_beyond": short}
         r["held"] = not (at["mean"] < bigram and 2 * short > len(judged))
         if not r["held"]:
-            seeds = len(tuning.get("seeds") or [])
+            seeds = len(r.get("seeds") or tuning.get("seeds") or [])
             out[r["name"]] = (f"{r['name']}'s tuned {tuning.get('axis', LR_AXIS)} = {_v(r['chosen'])} did not hold: "
                               f"its {seeds} tuning seed(s) reached {_loss(at['mean'])} there, but {short} of "
                               f"{len(judged)} comparison runs did not learn beyond the bigram level "
@@ -430,13 +433,19 @@ def _tuning_blocks(t: dict) -> list[tuple]:
     if t.get("note"):
         b.append(("p", str(t["note"])))
     rows, table_rows = [], t.get("rows") or []
+    more = [r for r in table_rows if r.get("seeds") and list(r["seeds"]) != list(seeds)]
+    if more:  # [[tune.rows]] seeds: rows that train at some rates on some seeds only get more of them
+        b.append(("p", "These rows tuned on their own seeds ([[tune.rows]] seeds), their cells the mean over "
+                       "those: " + "; ".join(f"{r['name']} on {len(r['seeds'])} ({', '.join(map(str, r['seeds']))})"
+                                             for r in more) + "."))
     for r in table_rows:
         by_value = {e["value"]: e for e in r.get("values") or []}
         notes = [r["note"]] if r.get("note") else []
         notes += [f"grid's {r['edge']} edge" + (" after extending it" if r.get("added") else "")] if r.get("edge") else []
         notes += ["did not hold on the comparison seeds"] if r.get("held") is False else []
         chosen = _v(r.get("chosen")) + (f" ({'; '.join(notes)})" if notes else "")
-        rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], len(seeds)) if v in by_value else DASH
+        n_seeds = len(r.get("seeds") or seeds)
+        rows.append([str(r.get("name"))] + [_tuning_cell(by_value[v], n_seeds) if v in by_value else DASH
                                             for v in values] + [chosen])
     if rows:
         b.append(("table", ["row"] + [f"{axis.rsplit('.', 1)[-1]} = {_v(v)}" for v in values] + ["chosen"],
@@ -467,9 +476,9 @@ def _tuning_blocks(t: dict) -> list[tuple]:
                                    f"{r['comparison']['n']} runs, mean {_loss(r['comparison']['mean'])}"
                                    for r in unheld)
                        + "). The rate sits where seeds disagree, so these rows are not their designs at their "
-                         "own best rate, and no claim on them gets a verdict. More tuning seeds ([tune] seeds) "
-                         "settle it."))
-    b.append(("p", "Rule: the value with the lowest mean over the tuning seeds wins; a value with a diverged "
+                         "own best rate, and no claim on them gets a verdict. More tuning seeds (tune.seeds, or a "
+                         "[[tune.rows]] entry's seeds for these rows alone) settle it."))
+    b.append(("p", "Rule: the value with the lowest mean over the row's tuning seeds wins; a value with a diverged "
                    "or failed tuning run is worse than any value without; ties go to the smaller value; if "
                    "every value failed, the smallest is taken and the row says so. The tuning seeds are "
                    "disjoint from the comparison seeds, so no comparison run helped choose its own value."))

@@ -110,13 +110,16 @@ class StudyInfo:
 
 @dataclass(frozen=True)
 class TuneRow:
-    """[[tune.rows]]: the values of the rows that `match` selects (a variant and/or grid points,
-    written as a claim's cell is), in place of tune.values; the first entry that matches wins."""
+    """[[tune.rows]]: the values and/or tuning seeds of the rows that `match` selects (a variant
+    and/or grid points, written as a claim's cell is), in place of tune.values / tune.seeds; the
+    first entry that matches wins. An entry that leaves one out keeps [tune]'s."""
     match: dict
-    values: list
+    values: Optional[list] = None
+    seeds: Optional[list[int]] = None   # more tuning seeds where a row trains on some seeds only
 
     def __post_init__(self):
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):
+        if self.values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in self.values):
             object.__setattr__(self, "values", sorted(self.values))
 
 
@@ -131,7 +134,7 @@ class TuneOptions:
     metric: Literal["best_val_loss", "final_val_loss"] = "best_val_loss"
     scales: Optional[list[str]] = None  # the scales that tune (default: every scale)
     extend: int = 0  # a row whose best value is an end of its grid tries up to this many values beyond it
-    rows: list[TuneRow] = field(default_factory=list)  # [[tune.rows]]: some rows' own values
+    rows: list[TuneRow] = field(default_factory=list)  # [[tune.rows]]: some rows' own values or seeds
 
     def __post_init__(self):
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values):
@@ -436,7 +439,9 @@ def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
     if n < 1:
         raise ReslabError(f"--seeds: must be at least 1, got {n}")
     seeds = list(spec.seeds[:n])
-    taken = set(spec.tune.seeds) if spec.tune else set()  # tuning seeds stay disjoint from the comparison's
+    from .tune import all_tuning_seeds
+
+    taken = set(all_tuning_seeds(spec.tune)) if spec.tune else set()  # tuning seeds stay disjoint from the comparison's
     candidate = 0
     while len(seeds) < n:
         candidate += 1

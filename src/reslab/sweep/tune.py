@@ -8,15 +8,16 @@
     scales = ["cpu"]                  # optional: the scales that tune (default: every scale)
     extend = 2                        # optional: values a row may add beyond an end it chose (default 0)
     [[tune.rows]]                     # optional, repeatable: the rows `match` selects (a variant and/or
-    match = { variant = "post-ln" }   #   grid points, as a claim's cell) tune over these values instead;
-    values = [3e-4, 1e-3, 3e-3]       #   the first entry that selects a row wins
+    match = { variant = "post-ln" }   #   grid points, as a claim's cell) tune over these values and/or
+    values = [3e-4, 1e-3, 3e-3]       #   on these seeds instead; the first entry that selects a row wins,
+    seeds = [9001, 9002, 9003]        #   and what it leaves out is [tune]'s
 
 At a scale that tunes, a sweep runs in two phases:
 
-    tuning      every row (variant x grid point) x each of its values x every tuning seed, as its own
-                sweep named <spec>.tune (the axis is one more grid axis there), resumed and reported
-                like any sweep
-    choice      per row, the value with the lowest mean metric over the tuning seeds; a value with a
+    tuning      every row (variant x grid point) x each of its values x each of its tuning seeds, as
+                its own sweep named <spec>.tune (the axis is one more grid axis there), resumed and
+                reported like any sweep
+    choice      per row, the value with the lowest mean metric over its tuning seeds; a value with a
                 diverged or failed tuning run is worse than any value without; ties go to the
                 smaller value; if every value failed, the smallest (and the choice says so)
     extension   with `extend = k`, a row whose choice is the largest (smallest) of its values has not
@@ -128,10 +129,7 @@ def check_tune(spec, errors: list[str]) -> None:
     from .spec import check_seed_list
 
     check_seed_list(t.seeds, "tune.seeds", "[9001, 9002]", errors)
-    shared = sorted(set(t.seeds) & set(spec.seeds))
-    if shared:
-        errors.append(f"tune.seeds: {shared} are also the spec's seeds; tuning seeds must be disjoint from "
-                      "them, or the comparison would be judged on the runs that chose its values")
+    _check_disjoint(t.seeds, spec.seeds, "tune.seeds", errors)
     if t.scales is not None:
         if not spec.scales:
             errors.append("tune.scales: the spec declares no scales; remove tune.scales to tune the runs")
@@ -155,10 +153,17 @@ def check_tune(spec, errors: list[str]) -> None:
     if _sets(spec.overrides, t.axis):
         errors.append(f"overrides: sets {t.axis}, which tune.axis chooses for each row; remove it")
     per_seed = planned_count(spec) // max(len(spec.seeds), 1)
-    most = per_seed * (max(map(len, value_lists(t))) + max(t.extend, 0)) * len(t.seeds)
+    most = per_seed * (max(map(len, value_lists(t))) + max(t.extend, 0)) * max(map(len, seed_lists(t)))
     if most > MAX_RUNS:
         errors.append(f"tune: plans up to {most:,} tuning runs (rows x (values + extend) x seeds), more than "
                       f"{MAX_RUNS:,}; shorten its values, extend or seeds")
+
+
+def _check_disjoint(seeds: list[int], spec_seeds: list[int], where: str, errors: list[str]) -> None:
+    shared = sorted(set(seeds) & set(spec_seeds))
+    if shared:
+        errors.append(f"{where}: {shared} are also the spec's seeds; tuning seeds must be disjoint from "
+                      "them, or the comparison would be judged on the runs that chose its values")
 
 
 def _check_values(t, values: list, where: str, axis_ok: bool, errors: list[str]) -> None:
@@ -190,7 +195,7 @@ def _check_values(t, values: list, where: str, axis_ok: bool, errors: list[str])
 
 def _check_rows(spec, axis_ok: bool, errors: list[str]) -> None:
     """Problems of [[tune.rows]]: each match must name a known variant and grid points of the
-    tuning scales (as a claim's cell does), and bring its own valid values."""
+    tuning scales (as a claim's cell does), and bring its own valid values and/or tuning seeds."""
     from ..report.claims import _claim_grid, resolve_cell_axes
 
     t = spec.tune
@@ -205,7 +210,16 @@ def _check_rows(spec, axis_ok: bool, errors: list[str]) -> None:
             errors.append(f"{where}.match.variant: unknown variant {variant!r}; variants are "
                           f"{', '.join(sorted(spec.variants)) or 'none declared'}")
         resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
-        _check_values(t, entry.values, f"{where}.values", axis_ok, errors)
+        if entry.values is None and entry.seeds is None:
+            errors.append(f"{where}: give the selected rows their own values, seeds or both, e.g. "
+                          "seeds = [9001, 9002, 9003]")
+        if entry.values is not None:
+            _check_values(t, entry.values, f"{where}.values", axis_ok, errors)
+        if entry.seeds is not None:
+            from .spec import check_seed_list
+
+            check_seed_list(entry.seeds, f"{where}.seeds", "[9001, 9002, 9003]", errors)
+            _check_disjoint(entry.seeds, spec.seeds, f"{where}.seeds", errors)
 
 
 # ---- each row's values ---------------------------------------------------------------------------
@@ -215,29 +229,58 @@ def _selects(entry, variant: str, point: dict) -> bool:
     return selects(entry.match, variant, point)
 
 
+def _entry(t, variant: str, point: dict):
+    """The first [[tune.rows]] entry that selects the row, or None."""
+    return next((entry for entry in t.rows if _selects(entry, variant, point)), None)
+
+
 def row_values(t, variant: str, point: dict) -> list:
-    """The values a row (variant, grid point without the axis) tunes over: the first [[tune.rows]]
-    entry that selects it, else tune.values."""
-    for entry in t.rows:
-        if _selects(entry, variant, point):
-            return list(entry.values)
-    return list(t.values)
+    """The values a row (variant, grid point without the axis) tunes over: those of the first
+    [[tune.rows]] entry that selects it, else (or where that entry gives none) tune.values."""
+    entry = _entry(t, variant, point)
+    return list(entry.values if entry is not None and entry.values is not None else t.values)
+
+
+def row_seeds(t, variant: str, point: dict) -> list[int]:
+    """The tuning seeds a row trains on: those of the first [[tune.rows]] entry that selects it,
+    else (or where that entry gives none) tune.seeds."""
+    entry = _entry(t, variant, point)
+    return list(entry.seeds if entry is not None and entry.seeds is not None else t.seeds)
 
 
 def value_lists(t) -> list[list]:
     """The distinct lists of values rows tune over: tune.values first, then the rows entries'."""
     out: list[list] = []
-    for values in [t.values] + [entry.values for entry in t.rows]:
+    for values in [t.values] + [entry.values for entry in t.rows if entry.values is not None]:
         if list(values) not in out:
             out.append(list(values))
     return out
 
 
+def seed_lists(t) -> list[list[int]]:
+    """The distinct lists of tuning seeds rows train on: tune.seeds first, then the rows entries'."""
+    out: list[list[int]] = []
+    for seeds in [t.seeds] + [entry.seeds for entry in t.rows if entry.seeds is not None]:
+        if list(seeds) not in out:
+            out.append(list(seeds))
+    return out
+
+
+def all_tuning_seeds(t) -> list[int]:
+    """Every tuning seed some row trains on, tune.seeds first (the tuning sweep's seed order)."""
+    return list(dict.fromkeys(s for seeds in seed_lists(t) for s in seeds))
+
+
 def values_text(t) -> str:
-    """tune.values, and the rows entries' values with their selectors, for a log line."""
+    """tune.values, and the rows entries' values and seeds with their selectors, for a log line."""
     def fmt(values):
         return "[" + ", ".join(f"{v:g}" for v in values) + "]"
-    rows = "; ".join(", ".join(f"{k} = {v}" for k, v in e.match.items()) + f": {fmt(e.values)}" for e in t.rows)
+
+    def own(e):
+        parts = ([fmt(e.values)] if e.values is not None else []) + \
+                ([f"seeds {', '.join(map(str, e.seeds))}"] if e.seeds is not None else [])
+        return ", ".join(f"{k} = {v}" for k, v in e.match.items()) + ": " + ", ".join(parts)
+    rows = "; ".join(own(e) for e in t.rows)
     return fmt(t.values) + (f" ({rows})" if rows else "")
 
 
@@ -276,7 +319,7 @@ def tuning_spec(spec, values: list | None = None):
     t = spec.tune
     values = sorted({v for vs in value_lists(t) for v in vs}) if values is None else list(values)
     return spec.replace(
-        name=tune_name(spec.name), seeds=list(t.seeds), tune=None, study=None, claims=[],
+        name=tune_name(spec.name), seeds=all_tuning_seeds(t), tune=None, study=None, claims=[],
         grid=dict(spec.grid, **{t.axis: values}),
         **({"scale_grid": {s: dict(g, **{t.axis: values}) for s, g in spec.scale_grid.items()}}
            if getattr(spec, "scale_grid", None) else {}),
@@ -286,7 +329,8 @@ def tuning_spec(spec, values: list | None = None):
 
 def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec", values: list | None = None) -> list:
     """The planned tuning runs of the chosen scales that tune ([] when none does): each row's at its
-    own values (row_values), or every row's runs at `values` (an extension's).
+    own values (row_values), or every row's runs at `values` (an extension's), on the row's own
+    tuning seeds (row_seeds).
 
     Each distinct list of values is planned for the variants of the rows that tune over it, so a
     value is checked only against the rows that train it; runs keep expand()'s seed-major order."""
@@ -297,14 +341,17 @@ def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec", valu
     if not tscales:
         return []
     at = tscales if spec.scales else None
-    if values is not None or not t.rows:
+    if not t.rows:
         return expand(tuning_spec(spec, values), at, where=where)
+    if values is not None:
+        return [run for run in expand(tuning_spec(spec, values), at, where=where)
+                if run.seed in row_seeds(t, *_row_of(run, t.axis)[1:])]
     runs, taken = [], [0] * len(t.rows)
     for vals in value_lists(t):
         planned = expand(tuning_spec(spec, vals), at, where=where)
         for run in planned:
             _, variant, point = _row_of(run, t.axis)
-            if row_values(t, variant, point) == vals:
+            if row_values(t, variant, point) == vals and run.seed in row_seeds(t, variant, point):
                 runs.append(run)
     for run in runs:  # which entry took each row: one that takes none is a mistake in the spec
         _, variant, point = _row_of(run, t.axis)
@@ -315,7 +362,7 @@ def tuning_runs(spec, scales: list[str] | None = None, where: str = "spec", valu
     if idle and scales is None:
         raise ConfigError(f"{where}: tune.rows[{idle[0]}].match selects no row that an earlier entry has not "
                           "taken; remove it or name another variant or grid point")
-    order = {s: i for i, s in enumerate(t.seeds)}
+    order = {s: i for i, s in enumerate(all_tuning_seeds(t))}
     return sorted(runs, key=lambda r: order.get(r.seed, len(order)))
 
 
@@ -401,7 +448,7 @@ def tuning_plan(spec, store, scales: list[str] | None = None, runs: list | None 
     (next_value), and chooses again once they finish, up to tune.extend values a side; the plan
     therefore grows as runs finish, and a sweep trains it until it stops growing.
 
-    A choice: {"scale", "variant", "grid", "axis", "metric", "seeds", "value" (None while a run is
+    A choice: {"scale", "variant", "grid", "axis", "metric", "seeds" (the row's tuning seeds), "value" (None while a run is
     unfinished), "values": [{value, mean, n, diverged, failed, unfinished}] over the row's values,
     "edge": "top" | "bottom" | None, "extended": {"top": k, "bottom": k}, "note"}, in the plan's
     row order."""
@@ -425,10 +472,11 @@ def tuning_plan(spec, store, scales: list[str] | None = None, runs: list | None 
     choices = []
     for key, row in rows.items():
         extended = {"top": 0, "bottom": 0}
+        seeds = row_seeds(t, row["variant"], row["grid"])
         while True:
             values = sorted(row["runs"])
             value, table, note = pick(values, {v: [result(r) for r in rs] for v, rs in row["runs"].items()},
-                                      len(t.seeds))
+                                      len(seeds))
             edge = grid_edge(value, values)
             if value is None or edge is None or extended[edge] >= t.extend:
                 break
@@ -449,7 +497,7 @@ def tuning_plan(spec, store, scales: list[str] | None = None, runs: list | None 
             runs += added
             extended[edge] += 1
         choices.append({"scale": row["scale"], "variant": row["variant"], "grid": row["grid"], "axis": t.axis,
-                        "metric": t.metric, "seeds": list(t.seeds), "value": value, "values": table,
+                        "metric": t.metric, "seeds": seeds, "value": value, "values": table,
                         "edge": edge, "extended": extended, "note": note})
     return runs, choices
 
@@ -525,11 +573,12 @@ def plan(spec, store, scales: list[str] | None = None) -> dict:
 
 def most_extension_runs(spec, scales: list[str] | None = None) -> int:
     """The most tuning runs tune.extend can add: every row extending to its limit on one side (a row
-    never extends both ways: see tuning_plan)."""
-    if spec.tune is None or not spec.tune.extend:
+    never extends both ways: see tuning_plan), on each of its tuning seeds."""
+    t = spec.tune
+    if t is None or not t.extend:
         return 0
-    rows = sum(comparison_counts(spec, scales).values()) // max(len(spec.seeds), 1)
-    return rows * spec.tune.extend * len(spec.tune.seeds)
+    rows = {_row_key(*_row_of(run, t.axis)) for run in tuning_runs(spec, scales)}
+    return t.extend * sum(len(row_seeds(t, variant, point)) for _, variant, point in map(json.loads, rows))
 
 
 def all_planned(spec, scales: list[str] | None = None) -> tuple[list, int]:
