@@ -242,7 +242,9 @@ def _draw_tuning(table: dict, path: Path, plots) -> bool:
             ax.plot(bad, [1.0] * len(bad), "x", color=colors[r["name"]], ms=8, transform=ax.get_xaxis_transform())
     ax.set_xscale("log")
     ax.set_xlabel(table["axis"] + " (log scale)")
-    ax.set_ylabel(f"{table['metric'].replace('_', ' ')}, mean over {len(table['seeds'])} tuning seeds")
+    counts = {len(r.get("seeds") or table["seeds"]) for r, _ in lines}
+    over = f"{counts.pop()} tuning seeds" if len(counts) == 1 else "each row's tuning seeds"
+    ax.set_ylabel(f"{table['metric'].replace('_', ' ')}, mean over {over}")
     ax.set_title("Tuning: * = chosen value, x on top = a diverged or failed tuning run")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
