@@ -248,22 +248,24 @@ def row_seeds(t, variant: str, point: dict) -> list[int]:
     return list(entry.seeds if entry is not None and entry.seeds is not None else t.seeds)
 
 
+def _distinct(t, key: str) -> list[list]:
+    """The distinct lists of `key` ("values" or "seeds") rows use: [tune]'s first, then the rows
+    entries' that give one."""
+    out: list[list] = []
+    for own in [getattr(t, key)] + [getattr(entry, key) for entry in t.rows if getattr(entry, key) is not None]:
+        if list(own) not in out:
+            out.append(list(own))
+    return out
+
+
 def value_lists(t) -> list[list]:
     """The distinct lists of values rows tune over: tune.values first, then the rows entries'."""
-    out: list[list] = []
-    for values in [t.values] + [entry.values for entry in t.rows if entry.values is not None]:
-        if list(values) not in out:
-            out.append(list(values))
-    return out
+    return _distinct(t, "values")
 
 
 def seed_lists(t) -> list[list[int]]:
     """The distinct lists of tuning seeds rows train on: tune.seeds first, then the rows entries'."""
-    out: list[list[int]] = []
-    for seeds in [t.seeds] + [entry.seeds for entry in t.rows if entry.seeds is not None]:
-        if list(seeds) not in out:
-            out.append(list(seeds))
-    return out
+    return _distinct(t, "seeds")
 
 
 def all_tuning_seeds(t) -> list[int]:
