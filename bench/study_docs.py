@@ -355,6 +355,7 @@ def command_line(name: str, report: dict, builtin: bool, study, wall: tuple | No
     return (f"{head}: {when}{generated}. Scale {scale or '(none)'}, "
             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
             + (f" ({', '.join(map(str, seeds))})" if seeds else "")
+            + "".join(f", {line}" for line in spec.get("more_seeds") or [])
             + (f", baseline {spec['baseline']}" if spec.get("baseline") else "") + ".")
 
 

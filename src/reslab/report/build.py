@@ -108,6 +108,13 @@ def _index_rows(store: Store, spec_name: str) -> dict[tuple, dict]:
     return out
 
 
+def _more_seeds_here(entries: list[dict], scale: str) -> list[str]:
+    """The spec's [[more_seeds]] entries that apply at `scale`, one line each."""
+    from ..sweep.more_seeds import describe
+
+    return describe([e for e in entries if not e.get("scales") or scale in e["scales"]])
+
+
 def _table_row(name: str, runs: list[dict], planned: int, is_baseline: bool) -> dict:
     done = [r for r in runs if r["status"] == "completed" and _finite(r["best_val_loss"])]
     best = stats.summarize([r["best_val_loss"] for r in done])
@@ -227,7 +234,8 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "title": title if is_result else f"{title} — {NOT_A_RESULT}",
         "is_result": is_result,
         "spec": {"name": spec_name, "description": spec.get("description", ""), "question": spec.get("question", ""),
-                 "scale": scale, "baseline": baseline, "seeds": spec.get("seeds", [])},
+                 "scale": scale, "baseline": baseline, "seeds": spec.get("seeds", []),
+                 "more_seeds": _more_seeds_here(spec.get("more_seeds") or [], scale)},
         "generated": f"{time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this machine'} "
                      f"({platform.processor() or platform.machine()})",
         # the no-skip variant is named only where it ran at this scale (a scale may leave it out)

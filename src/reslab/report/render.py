@@ -178,6 +178,7 @@ def _spec_line(report: dict) -> str:
             parts.append(f"{key} {spec[key]}")
     if spec.get("seeds"):
         parts.append("seeds " + ", ".join(str(s) for s in spec["seeds"]))
+    parts += spec.get("more_seeds") or []   # [[more_seeds]]: some rows' extra seeds
     if spec.get("question"):
         parts.append(f"question: {spec['question']}")
     return " · ".join(parts)

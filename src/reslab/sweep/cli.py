@@ -167,6 +167,7 @@ def cmd_sweep_plan(args) -> None:
     from .runner import plan_status
     from .spec import expand
     from .store import Store
+    from .more_seeds import row_seeds as comparison_seeds
     from .tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
 
     spec = _spec(args)
@@ -194,7 +195,8 @@ def cmd_sweep_plan(args) -> None:
                 for r, f, s in comparison]
         out += [{"spec": spec.name, "variant": c["variant"], "scale": c["scale"], "grid": c["grid"], "seed": seed,
                  "id": None, "label": None, "status": "after tuning", "path": None, "phase": "compare"}
-                for c in p["choices"] if c["value"] is None for seed in spec.seeds]
+                for c in p["choices"] if c["value"] is None
+                for seed in comparison_seeds(spec, c["scale"], c["variant"], c["grid"])]
         print(json.dumps(out, indent=2))
         return
     values = values_text(t)
@@ -219,9 +221,10 @@ def cmd_sweep_plan(args) -> None:
         print(f"{run.id}  {status:<10} {run.label}")
     later = sum(p["after"].values())
     for scale, n in p["after"].items():
-        rows = n // len(spec.seeds)
+        rows = sum(1 for c in p["choices"] if c["value"] is None and c["scale"] == scale)
+        seeds = f"{len(spec.seeds)} seeds" + (" and their [[more_seeds]]" if spec.more_seeds else "")
         print(f"planned after tuning: {n} comparison runs{f' at scale {scale}' if scale else ''} "
-              f"({rows} rows x {len(spec.seeds)} seeds), each row at its chosen {t.axis}")
+              f"({rows} rows x {seeds}), each row at its chosen {t.axis}")
     print(f"{len(tuning) + len(comparison) + later} runs: {len(tuning)} tuning, "
           f"{len(comparison) + later} comparison ({later} planned after tuning)", file=sys.stderr)
 

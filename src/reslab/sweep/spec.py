@@ -43,6 +43,7 @@ from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
 from ..train.config import RunConfig, build_run_config, canonical, preset_names, preset_path
 from ..typed import Typed, deep_merge, from_dict
+from .more_seeds import MoreSeeds
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # spec, variant and scale names become folder names
 
@@ -165,6 +166,7 @@ class SweepSpec(Typed):
     study: Optional[StudyInfo] = None
     tune: Optional[TuneOptions] = None  # [tune]: each design's own learning rate first (sweep/tune.py)
     claims: list[dict] = field(default_factory=list)  # [[claims]]: published claims the report rules on (report/claims.py)
+    more_seeds: list[MoreSeeds] = field(default_factory=list)  # [[more_seeds]]: some rows' extra seeds (sweep/more_seeds.py)
     overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
 
@@ -329,9 +331,11 @@ def _check_structure(spec: SweepSpec, errors: list[str]) -> None:
         _check_grid(grid, where, errors)
     _check_numbers(spec, errors)
     from ..report.claims import check_claims
+    from .more_seeds import check_more_seeds
     from .tune import check_tune
 
     check_tune(spec, errors)
+    check_more_seeds(spec, errors)
     check_claims(spec, errors)
     _check_overrides(spec.base, "base", errors)
     _check_overrides(spec.overrides, "overrides", errors)
@@ -368,7 +372,10 @@ def planned_count(spec: SweepSpec) -> int:
     """How many runs the spec plans at most (every scale), counted without building any."""
     points = max(math.prod(len(v) if isinstance(v, (list, dict)) else 1 for v in grid.values())
                  for _, grid in _grids(spec))
-    return len(spec.seeds) * max(len(spec.scales), 1) * len(spec.variants) * points
+    from .more_seeds import all_extra_seeds
+
+    seeds = len(spec.seeds) + len(all_extra_seeds(spec))  # at most: as if every row took every extra seed
+    return seeds * max(len(spec.scales), 1) * len(spec.variants) * points
 
 
 def _check_numbers(spec: SweepSpec, errors: list[str]) -> None:
@@ -435,13 +442,17 @@ def chosen_scales(spec: SweepSpec, scales: list[str] | None) -> list[str]:
 
 
 def with_seeds(spec: SweepSpec, n: int) -> SweepSpec:
-    """The spec with n seeds: its first n, extended by 1, 2, 3, ... (skipping used ones) if n is larger."""
+    """The spec with n seeds: its first n, extended by 1, 2, 3, ... (skipping used ones) if n is larger.
+    [[more_seeds]] entries keep their own seeds on top of these."""
     if n < 1:
         raise ReslabError(f"--seeds: must be at least 1, got {n}")
     seeds = list(spec.seeds[:n])
     from .tune import all_tuning_seeds
 
+    from .more_seeds import all_extra_seeds
+
     taken = set(all_tuning_seeds(spec.tune)) if spec.tune else set()  # tuning seeds stay disjoint from the comparison's
+    taken |= set(all_extra_seeds(spec))  # and [[more_seeds]]' from the spec's
     candidate = 0
     while len(seeds) < n:
         candidate += 1
@@ -488,9 +499,11 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
     tuned_key(scale, variant, point) -> the value of tune.axis, merged after the grid point (so it
     is part of the config, hence the identity); rows without a value are left out. The tuning runs
     themselves are planned by sweep/tune.py."""
+    from .more_seeds import all_extra_seeds, extra_seeds
+
     tuned = tuned or {}
     runs, errors, seen = [], [], {}  # seen: field path -> index of its line in errors
-    for seed in spec.seeds:
+    for seed in list(spec.seeds) + [s for s in all_extra_seeds(spec) if s not in spec.seeds]:
         for scale in chosen_scales(spec, scales):
             preset_name = spec.scale_presets.get(scale, spec.preset)
             preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}
@@ -499,6 +512,8 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                     continue
                 grid = spec.scale_grid.get(scale, spec.grid)
                 for point, point_overrides in _grid_points(grid) if grid else [({}, {})]:
+                    if seed not in spec.seeds and seed not in extra_seeds(spec, scale, variant, point):
+                        continue  # a [[more_seeds]] seed: only on the rows its entries select
                     if spec.tune and spec.tune.tunes(scale):
                         key = tuned_key(scale, variant, point)
                         if key not in tuned:

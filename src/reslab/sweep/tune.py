@@ -315,13 +315,14 @@ def tuning_scales(spec, scales: list[str] | None = None) -> list[str]:
 
 
 def tuning_spec(spec, values: list | None = None):
-    """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds.
+    """The tuning sweep: the spec's rows with the axis as one more grid axis, on the tuning seeds
+    ([[more_seeds]] are comparison seeds: none here).
     `values`: the axis's values there (default: every value some row tunes over, tune.values and
     [[tune.rows]]'; an extension plans its runs with its own)."""
     t = spec.tune
     values = sorted({v for vs in value_lists(t) for v in vs}) if values is None else list(values)
     return spec.replace(
-        name=tune_name(spec.name), seeds=all_tuning_seeds(t), tune=None, study=None, claims=[],
+        name=tune_name(spec.name), seeds=all_tuning_seeds(t), tune=None, study=None, claims=[], more_seeds=[],
         grid=dict(spec.grid, **{t.axis: values}),
         **({"scale_grid": {s: dict(g, **{t.axis: values}) for s, g in spec.scale_grid.items()}}
            if getattr(spec, "scale_grid", None) else {}),
@@ -549,19 +550,23 @@ def extension_line(spec_name: str, c: dict, extend: int) -> str:
 
 
 def comparison_counts(spec, scales: list[str] | None = None, runs: list | None = None) -> dict[str, int]:
-    """scale -> how many comparison runs a tuning scale plans once tuned (rows x seeds)."""
+    """scale -> how many comparison runs a tuning scale plans once tuned (each row's seeds: the
+    spec's and its [[more_seeds]])."""
+    from .more_seeds import row_seeds as comparison_seeds
+
     runs = tuning_runs(spec, scales) if runs is None else runs
     rows: dict[str, set] = {}
     for run in runs:
         scale, variant, point = _row_of(run, spec.tune.axis)
         rows.setdefault(scale, set()).add(json.dumps([variant, point], sort_keys=True))
-    return {s: len(r) * len(spec.seeds) for s, r in rows.items()}
+    return {s: sum(len(comparison_seeds(spec, s, *json.loads(r))) for r in keys) for s, keys in rows.items()}
 
 
 def plan(spec, store, scales: list[str] | None = None) -> dict:
     """What a sweep of `spec` would do now, without writing anything: {"tuning": tuning runs,
     "choices": rows' choices so far, "comparison": the comparison runs known now (every scale that
     does not tune, and the tuned rows), "after": {scale: comparison runs that wait for tuning}}."""
+    from .more_seeds import row_seeds as comparison_seeds
     from .spec import expand
 
     truns, choices = tuning_plan(spec, store, scales) if tuning_scales(spec, scales) else ([], [])
@@ -569,7 +574,7 @@ def plan(spec, store, scales: list[str] | None = None) -> dict:
     after: dict[str, int] = {}
     for c in choices:
         if c["value"] is None:
-            after[c["scale"]] = after.get(c["scale"], 0) + len(spec.seeds)
+            after[c["scale"]] = after.get(c["scale"], 0) + len(comparison_seeds(spec, c["scale"], c["variant"], c["grid"]))
     return {"tuning": truns, "choices": choices, "comparison": comparison, "after": after}
 
 

@@ -1,0 +1,114 @@
+"""[[more_seeds]]: more comparison seeds for the rows where they decide something.
+
+A study's claims often rest on a few of its rows (the 6-layer models, say) while the others only
+draw the picture. Seeds cost the same everywhere, so a spec can give just those rows more:
+
+    seeds = [1337, 42, 123]              # every row
+    [[more_seeds]]                       # the rows the claims compare: effects of 0.02 against a
+    match = { n_layer = 6 }              #   seed spread of 0.02 need more than 3 seeds
+    seeds = [1, 2]
+    scales = ["cpu"]                     # optional: the scales it applies to (default: every scale)
+
+`match` selects rows as a claim's cell does (a variant and/or grid points), and its `variant`
+may also be a list of variants. A row trains on the spec's seeds, then on the seeds of every
+entry that selects it (in the order the entries first name them). The seeds are comparison seeds like the
+spec's: disjoint from them and from every tuning seed, and `--seeds N` leaves them out of the N
+(it chooses the spec's part only). A claim pairs the seeds both of its cells ran, so a claim
+between two selected rows rests on all their seeds and one that leaves the selection on the
+spec's seeds only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+
+@dataclass(frozen=True)
+class MoreSeeds:
+    """One [[more_seeds]] entry: the rows `match` selects also train on `seeds`."""
+    match: dict
+    seeds: list[int]
+    scales: Optional[list[str]] = None  # the scales it applies to (default: every scale)
+
+
+def _variant_ok(want: Union[str, list], variant: str) -> bool:
+    return variant in want if isinstance(want, list) else variant == want
+
+
+def selects(entry: MoreSeeds, scale: str, variant: str, point: dict) -> bool:
+    """Whether the entry selects the row (variant, grid point) at `scale`."""
+    from ..report.claims import selects as cell_selects
+
+    if entry.scales is not None and scale not in entry.scales:
+        return False
+    rest = {k: v for k, v in entry.match.items() if k != "variant"}
+    return ("variant" not in entry.match or _variant_ok(entry.match["variant"], variant)) \
+        and cell_selects(rest, variant, point)
+
+
+def extra_seeds(spec, scale: str, variant: str, point: dict) -> list[int]:
+    """The seeds a row trains on beyond the spec's: every selecting entry's, once each, in the order
+    the entries first name them (the sweep's seed order)."""
+    chosen = {s for entry in spec.more_seeds if selects(entry, scale, variant, point) for s in entry.seeds}
+    return [s for s in all_extra_seeds(spec) if s in chosen]
+
+
+def row_seeds(spec, scale: str, variant: str, point: dict) -> list[int]:
+    """Every comparison seed of a row: the spec's, then its more_seeds."""
+    return list(spec.seeds) + [s for s in extra_seeds(spec, scale, variant, point) if s not in spec.seeds]
+
+
+def all_extra_seeds(spec) -> list[int]:
+    """Every seed some [[more_seeds]] entry adds, in the order written."""
+    return list(dict.fromkeys(s for entry in spec.more_seeds for s in entry.seeds))
+
+
+def check_more_seeds(spec, errors: list[str]) -> None:
+    """Problems of the [[more_seeds]] entries, one line each at their path: an empty or unknown
+    selector, unknown scales, a bad seed list, a seed that is also a spec seed or a tuning seed."""
+    from ..report.claims import _claim_grid, resolve_cell_axes
+    from .spec import check_seed_list
+
+    known = ", ".join(sorted(spec.variants)) or "none declared"
+    tuning = set()
+    if spec.tune is not None:
+        from .tune import all_tuning_seeds
+
+        tuning = set(all_tuning_seeds(spec.tune))
+    for i, entry in enumerate(spec.more_seeds):
+        where = f"more_seeds[{i}]"
+        if not entry.match:
+            errors.append(f"{where}.match: empty; name the rows that need more seeds (a variant and/or grid "
+                          "points, e.g. { n_layer = 6 }), or add the seeds to `seeds` for every row")
+        want = entry.match.get("variant")
+        for name in (want if isinstance(want, list) else [] if want is None else [want]):
+            if not isinstance(name, str) or name not in spec.variants:
+                errors.append(f"{where}.match.variant: unknown variant {name!r}; variants are {known}")
+        if isinstance(want, list) and not want:
+            errors.append(f"{where}.match.variant: an empty list selects no row; name at least one variant")
+        for s in entry.scales or []:
+            if s not in spec.scales:
+                errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
+                              f"{', '.join(sorted(spec.scales)) or 'none declared'}")
+        grid = _claim_grid(spec, entry.scales)
+        resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
+        check_seed_list(entry.seeds, f"{where}.seeds", "[1, 2]", errors)
+        for other, name in ((set(spec.seeds), "the spec's seeds: every row trains on them already"),
+                            (tuning, "tuning seeds: the comparison would be judged on the runs that chose its values")):
+            shared = sorted(set(entry.seeds) & other)
+            if shared:
+                errors.append(f"{where}.seeds: {shared} are also {name}")
+
+
+def describe(entries: list[dict]) -> list[str]:
+    """One line per entry (as recorded: dicts) for plans and reports:
+    'seeds 1, 2 also on n_layer = 6; variant = pre-ln, lime (scale cpu)'."""
+    lines = []
+    for entry in entries:
+        rows = "; ".join(f"{k} = {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                         for k, v in entry["match"].items())
+        scales = entry.get("scales")
+        lines.append(f"seeds {', '.join(map(str, entry['seeds']))} also on {rows}"
+                     + (f" (scale {', '.join(scales)})" if scales else ""))
+    return lines
