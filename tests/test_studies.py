@@ -19,7 +19,7 @@ EXPECTED = {  # tuned cpu scales: tuning runs (rows x values x tuning seeds) + c
     "partial-residual": {"smoke": (5, 5), "cpu": (12, 4), "paper": (24, 8), "paper-124m": (24, 8)},
     "ln-placement": {"smoke": (8, 8), "cpu": (60, 8), "paper": (24, 8)},
     "resi-dual": {"smoke": (18, 18), "cpu": (30, 4), "paper": (54, 18)},
-    "prores": {"smoke": (20, 20), "cpu": (64, 8), "paper": (30, 30)},
+    "prores": {"smoke": (20, 20), "cpu": (68, 8), "paper": (30, 30)},
     "gain-confound": {"smoke": (9, 9), "cpu": (45, 9), "paper": (27, 9)},
     "simplified-blocks": {"smoke": (6, 6), "cpu": (48, 6), "paper": (18, 6)},
     "depth-scaling": {"smoke": (40, 40), "cpu": (60, 10), "paper": (80, 40)},

@@ -19,7 +19,8 @@
     [grid.convention.residualgpt]
     model.tie_embeddings = false
 
-One run = scale x variant x grid point x seed. Its config is merged in this order (later wins):
+One run = scale x variant x grid point x seed (the spec's seeds, and for the rows a
+[[more_seeds]] entry selects, its seeds too: more_seeds.py). Its config is merged in this order (later wins):
 preset (or the scale's own, scale_presets), base, scale, variant, grid point, overrides (--set),
 then train.seed = seed. Its identity is a hash of that
 fully resolved config (its display name left out), so the same run is never trained twice and
