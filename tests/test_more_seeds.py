@@ -101,13 +101,16 @@ BAD = [
     ({"match": {"n_layer": 2}, "seeds": [2, 7]}, "more_seeds[0].seeds: [2] are also the spec's seeds"),
     ({"match": {"n_layer": 2}, "seeds": [9001]}, "more_seeds[0].seeds: [9001] are also tuning seeds"),
     ({"match": {"n_layer": 2}, "seeds": [7], "scales": ["huge"]}, "more_seeds[0].scales: unknown scale 'huge'"),
+    ({"match": {"variant": "none", "n_layer": 2}, "seeds": [7], "scales": ["small"]},
+     "more_seeds[0].match: selects no row at scale small"),
 ]
 
 
 @pytest.mark.parametrize("entry, line", BAD, ids=[b[1][14:60] for b in BAD])
 def test_a_bad_entry_is_one_line_naming_it(tmp_path, entry, line):
     tune = {"axis": "optim.lr", "values": [1e-3, 1e-2], "seeds": [9001]}
-    data = _spec_dict(tmp_path, [entry], tune=tune)
+    data = _spec_dict(tmp_path, [entry], tune=tune, scales={"small": {}, "big": {"train": {"steps": 8}}},
+                      scale_variants={"small": ["full"]})
     data["base"]["optim"]["min_lr"] = 1e-6
     with pytest.raises(ConfigError) as e:
         parse_spec(data)
@@ -128,6 +131,9 @@ def test_a_sweep_trains_them_and_a_claim_on_the_selected_rows_pairs_every_seed(t
                "op": ">", "threshold": 0.0},
               {"id": "shallow", "statement": "none is worse than full at 1 layer", "source": "test",
                "kind": "difference", "a": {"variant": "none", "n_layer": 1}, "b": {"variant": "full", "n_layer": 1},
+               "op": ">", "threshold": 0.0},
+              {"id": "across", "statement": "none at 2 layers is worse than full at 1", "source": "test",
+               "kind": "difference", "a": {"variant": "none", "n_layer": 2}, "b": {"variant": "full", "n_layer": 1},
                "op": ">", "threshold": 0.0}]
     spec = parse_spec(_spec_dict(tmp_path, [{"match": {"n_layer": 2}, "seeds": [7, 8]}], claims=claims))
     store = Store(tmp_path / "store")
@@ -140,6 +146,7 @@ def test_a_sweep_trains_them_and_a_claim_on_the_selected_rows_pairs_every_seed(t
                        "full-n_layer=2": (5, 5), "none-n_layer=2": (5, 5)}
     by_id = {c["id"]: c for c in report["claims"]}
     assert by_id["deep"]["n"] == 5 and by_id["shallow"]["n"] == 3
+    assert by_id["deep"]["test"].startswith("paired t") and by_id["across"]["test"] == "Welch t (5 vs 3 seeds)"
     assert report["missing"] == []
     assert report["spec"]["more_seeds"] == ["seeds 7, 8 also on n_layer = 2"]
     assert "seeds 7, 8 also on n_layer = 2" in render_markdown(report)

@@ -11,11 +11,11 @@ draw the picture. Seeds cost the same everywhere, so a spec can give just those 
 
 `match` selects rows as a claim's cell does (a variant and/or grid points), and its `variant`
 may also be a list of variants. A row trains on the spec's seeds, then on the seeds of every
-entry that selects it (in the order the entries first name them). The seeds are comparison seeds like the
-spec's: disjoint from them and from every tuning seed, and `--seeds N` leaves them out of the N
-(it chooses the spec's part only). A claim pairs the seeds both of its cells ran, so a claim
-between two selected rows rests on all their seeds and one that leaves the selection on the
-spec's seeds only.
+entry that selects it (in the order the entries first name them). The seeds are comparison seeds
+like the spec's: disjoint from them and from every tuning seed, and `--seeds N` leaves them out of
+the N (it chooses the spec's part only). A claim between two rows that ran the same seeds is paired
+over all of them; one between a selected row and another compares the two unpaired (Welch's t,
+each on its own seeds), as report/claims.py does for any two cells whose seeds differ.
 """
 
 from __future__ import annotations
@@ -93,12 +93,33 @@ def check_more_seeds(spec, errors: list[str]) -> None:
                               f"{', '.join(sorted(spec.scales)) or 'none declared'}")
         grid = _claim_grid(spec, entry.scales)
         resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
+        if not _named_already(errors, where) and not any(selects(entry, *row) for row in _rows(spec, entry.scales)):
+            errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
+                          + "; check its variant and grid values against the rows that scale runs")
         check_seed_list(entry.seeds, f"{where}.seeds", "[1, 2]", errors)
         for other, name in ((set(spec.seeds), "the spec's seeds: every row trains on them already"),
                             (tuning, "tuning seeds: the comparison would be judged on the runs that chose its values")):
             shared = sorted(set(entry.seeds) & other)
             if shared:
                 errors.append(f"{where}.seeds: {shared} are also {name}")
+
+
+def _named_already(errors: list[str], where: str) -> bool:
+    """Whether an earlier line already names this entry's match (then 'selects no row' would repeat it)."""
+    return any(f"{where}.match" in line or f"{where}.scales" in line for line in errors)
+
+
+def _rows(spec, scales: Optional[list[str]]):
+    """(scale, variant, grid point) of every row the spec runs at `scales` (default: every scale)."""
+    from .spec import _grid_points
+
+    for scale in scales or list(spec.scales) or [""]:
+        for variant in spec.variants:
+            if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
+                continue
+            grid = spec.scale_grid.get(scale, spec.grid)
+            for point, _ in _grid_points(grid) if grid else [({}, {})]:
+                yield scale, variant, point
 
 
 def describe(entries: list[dict]) -> list[str]:
