@@ -77,6 +77,8 @@ def test_each_row_chooses_among_its_own_values_and_extends_from_them(tmp_path, m
 
 
 BAD = [
+    ([{"match": {"variant": ["none", "full"]}, "values": [1e-4, 1e-3]}],
+     "tune.rows[0].match.variant: name one variant here (one entry per variant), got a list"),
     ([{"match": {"variant": "nope"}, "values": [1e-4, 1e-3]}],
      "tune.rows[0].match.variant: unknown variant 'nope'; variants are full, none"),
     ([{"match": {"depth": 2}, "values": [1e-4, 1e-3]}],

@@ -67,10 +67,9 @@ def all_extra_seeds(spec) -> list[int]:
 def check_more_seeds(spec, errors: list[str]) -> None:
     """Problems of the [[more_seeds]] entries, one line each at their path: an empty or unknown
     selector, unknown scales, a bad seed list, a seed that is also a spec seed or a tuning seed."""
-    from ..report.claims import _claim_grid, resolve_cell_axes
+    from ..report.claims import _claim_grid
     from .spec import check_seed_list
 
-    known = ", ".join(sorted(spec.variants)) or "none declared"
     tuning = set()
     if spec.tune is not None:
         from .tune import all_tuning_seeds
@@ -78,21 +77,13 @@ def check_more_seeds(spec, errors: list[str]) -> None:
         tuning = set(all_tuning_seeds(spec.tune))
     for i, entry in enumerate(spec.more_seeds):
         where = f"more_seeds[{i}]"
-        if not entry.match:
-            errors.append(f"{where}.match: empty; name the rows that need more seeds (a variant and/or grid "
-                          "points, e.g. { n_layer = 6 }), or add the seeds to `seeds` for every row")
-        want = entry.match.get("variant")
-        for name in (want if isinstance(want, list) else [] if want is None else [want]):
-            if not isinstance(name, str) or name not in spec.variants:
-                errors.append(f"{where}.match.variant: unknown variant {name!r}; variants are {known}")
-        if isinstance(want, list) and not want:
-            errors.append(f"{where}.match.variant: an empty list selects no row; name at least one variant")
+        check_row_match(spec, entry.match, f"{where}.match", _claim_grid(spec, entry.scales), errors,
+                        empty="name the rows that need more seeds (a variant and/or grid points, e.g. "
+                              "{ n_layer = 6 }), or add the seeds to `seeds` for every row", lists=True)
         for s in entry.scales or []:
             if s not in spec.scales:
                 errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
                               f"{', '.join(sorted(spec.scales)) or 'none declared'}")
-        grid = _claim_grid(spec, entry.scales)
-        resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
         if not _named_already(errors, where) and not any(selects(entry, *row) for row in _rows(spec, entry.scales)):
             errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
                           + "; check its variant and grid values against the rows that scale runs")
@@ -102,6 +93,28 @@ def check_more_seeds(spec, errors: list[str]) -> None:
             shared = sorted(set(entry.seeds) & other)
             if shared:
                 errors.append(f"{where}.seeds: {shared} are also {name}")
+
+
+def check_row_match(spec, match: dict, where: str, grid: dict, errors: list[str], empty: str,
+                    lists: bool = False) -> None:
+    """Problems of a row selector (a [[more_seeds]] or [[tune.rows]] entry's match), written as a
+    claim's cell: empty, an unknown variant (or, with `lists`, an empty list of them), grid axes or
+    values that `grid` does not have."""
+    from ..report.claims import resolve_cell_axes
+
+    if not match:
+        errors.append(f"{where}: empty; {empty}")
+    want = match.get("variant")
+    if isinstance(want, list) and not lists:
+        errors.append(f"{where}.variant: name one variant here (one entry per variant), got a list")
+    else:
+        known = ", ".join(sorted(spec.variants)) or "none declared"
+        for name in (want if isinstance(want, list) else [] if want is None else [want]):
+            if not isinstance(name, str) or name not in spec.variants:
+                errors.append(f"{where}.variant: unknown variant {name!r}; variants are {known}")
+        if isinstance(want, list) and not want:
+            errors.append(f"{where}.variant: an empty list selects no row; name at least one variant")
+    resolve_cell_axes({k: v for k, v in match.items() if k != "variant"}, grid, where, errors)
 
 
 def _named_already(errors: list[str], where: str) -> bool:

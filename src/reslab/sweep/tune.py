@@ -196,20 +196,16 @@ def _check_values(t, values: list, where: str, axis_ok: bool, errors: list[str])
 def _check_rows(spec, axis_ok: bool, errors: list[str]) -> None:
     """Problems of [[tune.rows]]: each match must name a known variant and grid points of the
     tuning scales (as a claim's cell does), and bring its own valid values and/or tuning seeds."""
-    from ..report.claims import _claim_grid, resolve_cell_axes
+    from ..report.claims import _claim_grid
+    from .more_seeds import check_row_match
 
     t = spec.tune
     grid = _claim_grid(spec, t.scales)
     for i, entry in enumerate(t.rows):
         where = f"tune.rows[{i}]"
-        if not entry.match:
-            errors.append(f"{where}.match: empty; name a variant and/or grid points, e.g. "
-                          "{ variant = \"post-ln\", n_layer = 16 }, or use tune.values for every row")
-        variant = entry.match.get("variant")
-        if variant is not None and variant not in spec.variants:
-            errors.append(f"{where}.match.variant: unknown variant {variant!r}; variants are "
-                          f"{', '.join(sorted(spec.variants)) or 'none declared'}")
-        resolve_cell_axes({k: v for k, v in entry.match.items() if k != "variant"}, grid, f"{where}.match", errors)
+        check_row_match(spec, entry.match, f"{where}.match", grid, errors,
+                        empty="name a variant and/or grid points, e.g. { variant = \"post-ln\", n_layer = 16 }, "
+                              "or use tune.values for every row")
         if entry.values is None and entry.seeds is None:
             errors.append(f"{where}: give the selected rows their own values, seeds or both, e.g. "
                           "seeds = [9001, 9002, 9003]")
