@@ -10,7 +10,7 @@ from reslab.cli import main
 from reslab.errors import ConfigError
 from reslab.report.build import build_report
 from reslab.report.render import render_markdown
-from reslab.sweep.more_seeds import row_seeds
+from reslab.sweep.more_seeds import comparison_seeds
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.spec import expand, parse_spec, with_seeds
 from reslab.sweep.store import Store
@@ -56,7 +56,7 @@ def test_a_variant_list_and_several_entries_add_up_in_the_order_first_named(tmp_
     assert got[("full", 2)] == [1, 2, 3, 7] and got[("full", 1)] == [1, 2, 3]
     assert got[("none", 2)] == [1, 2, 3, 7, 9] and got[("none", 1)] == [1, 2, 3, 7, 9]
     assert got[("attn-only", 1)] == got[("attn-only", 2)] == [1, 2, 3]
-    assert row_seeds(spec, "", "none", {"model.n_layer": 1}) == [1, 2, 3, 7, 9]   # the sweep's order
+    assert comparison_seeds(spec, "", "none", {"model.n_layer": 1}) == [1, 2, 3, 7, 9]   # the sweep's order
 
 
 def test_an_entry_applies_at_its_scales_only(tmp_path):

@@ -167,7 +167,7 @@ def cmd_sweep_plan(args) -> None:
     from .runner import plan_status
     from .spec import expand
     from .store import Store
-    from .more_seeds import row_seeds as comparison_seeds
+    from .more_seeds import comparison_seeds
     from .tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
 
     spec = _spec(args)

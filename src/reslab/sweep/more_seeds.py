@@ -54,9 +54,9 @@ def extra_seeds(spec, scale: str, variant: str, point: dict) -> list[int]:
     return [s for s in all_extra_seeds(spec) if s in chosen]
 
 
-def row_seeds(spec, scale: str, variant: str, point: dict) -> list[int]:
-    """Every comparison seed of a row: the spec's, then its more_seeds."""
-    return list(spec.seeds) + [s for s in extra_seeds(spec, scale, variant, point) if s not in spec.seeds]
+def comparison_seeds(spec, scale: str, variant: str, point: dict) -> list[int]:
+    """Every comparison seed of a row: the spec's, then its more_seeds (disjoint: check_more_seeds)."""
+    return [*spec.seeds, *extra_seeds(spec, scale, variant, point)]
 
 
 def all_extra_seeds(spec) -> list[int]:

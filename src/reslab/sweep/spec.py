@@ -504,7 +504,7 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
 
     tuned = tuned or {}
     runs, errors, seen = [], [], {}  # seen: field path -> index of its line in errors
-    for seed in list(spec.seeds) + [s for s in all_extra_seeds(spec) if s not in spec.seeds]:
+    for seed in [*spec.seeds, *all_extra_seeds(spec)]:  # disjoint: check_more_seeds
         for scale in chosen_scales(spec, scales):
             preset_name = spec.scale_presets.get(scale, spec.preset)
             preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}

@@ -548,7 +548,7 @@ def extension_line(spec_name: str, c: dict, extend: int) -> str:
 def comparison_counts(spec, scales: list[str] | None = None, runs: list | None = None) -> dict[str, int]:
     """scale -> how many comparison runs a tuning scale plans once tuned (each row's seeds: the
     spec's and its [[more_seeds]])."""
-    from .more_seeds import row_seeds as comparison_seeds
+    from .more_seeds import comparison_seeds
 
     runs = tuning_runs(spec, scales) if runs is None else runs
     rows: dict[str, set] = {}
@@ -562,7 +562,7 @@ def plan(spec, store, scales: list[str] | None = None) -> dict:
     """What a sweep of `spec` would do now, without writing anything: {"tuning": tuning runs,
     "choices": rows' choices so far, "comparison": the comparison runs known now (every scale that
     does not tune, and the tuned rows), "after": {scale: comparison runs that wait for tuning}}."""
-    from .more_seeds import row_seeds as comparison_seeds
+    from .more_seeds import comparison_seeds
     from .spec import expand
 
     truns, choices = tuning_plan(spec, store, scales) if tuning_scales(spec, scales) else ([], [])
