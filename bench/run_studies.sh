@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run built-in studies one after another at one scale (default: cpu, each study's default) into
-# OUT/store, and record each study's wall time in OUT/walls.tsv (name, seconds, date, scale).
+# OUT/store, and record each study's wall time in OUT/walls.tsv (name, seconds, date, scale, store):
+# the last column is "clean" when the study trained every run it planned and "shared" when it found
+# some already finished in the store (they cost it nothing, so its wall time is not a clean store's).
 # The README's and docs' study sections are written from OUT by `python bench/study_docs.py OUT`.
 #   bash bench/run_studies.sh OUT [study ...]          SCALE=smoke|cpu|paper to choose the scale
 set -euo pipefail
@@ -16,6 +18,10 @@ for name in "${studies[@]}"; do
   start=$(date +%s)
   reslab study run "$name" --scale "$scale" --store "$out/store" 2> "$out/$name.log" | tail -1 > "$out/$name.path" || true
   end=$(date +%s)
-  printf '%s\t%s\t%s\t%s\n' "$name" "$((end - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" >> "$out/walls.tsv"
+  # each stage (tuning, comparison) logs "N runs planned, K already finished"
+  reused=$(grep -o '[0-9]* already finished' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
+  store_state=clean
+  if [ "$reused" -gt 0 ]; then store_state=shared; fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$((end - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" "$store_state" >> "$out/walls.tsv"
   tail -n 30 "$out/$name.log"
 done

@@ -12,7 +12,10 @@ target file gets, between its lines `<!-- studies:begin -->` and `<!-- studies:e
 section per study: the built-in studies in their order (a study without a report says "not run",
 so nothing stale survives), then any other sweep that has a report. A section holds the question,
 the command and scale, the wall time (from walls.tsv) and date, the reference levels, the main
-table, the claims' verdicts, and links to the figures, which are copied into --figures.
+table, the claims' verdicts, and links to the figures, which are copied into --figures. Before the
+sections, two tables at a glance: every claim's verdict, and the cpu scale's rules checked from each
+cpu report (runs, seeds per row, wall time against 15 and 60 minutes, the rows that train but end
+less than 0.3 nats below bigram, the seeds on the unigram plateau).
 
 Everything between the markers is rewritten, except human notes: text written in the target file
 between `<!-- note:NAME -->` and `<!-- /note:NAME -->` inside the region is kept byte for byte and
@@ -33,8 +36,9 @@ rather than losing a result to "not run".
 Reports at the smoke scale (or marked is_result = false) are pipeline checks, not results: they
 are skipped with a line on stderr. walls.tsv lines are "name<TAB>seconds<TAB>iso-date", the last
 line of a study wins; an optional fourth column names the scale, and a line without one is the
-study's first scale in the order cpu, tiny, paper, others (run_studies.sh runs only the CPU
-scale, and writes no scale column).
+study's first scale in the order cpu, tiny, paper, others; an optional fifth column says whether
+the store was "clean" or "shared" (already held runs, which the study may have reused) when the
+study started. A shared store's wall time is shown as such and not counted against the 15 minutes.
 """
 
 from __future__ import annotations
@@ -79,9 +83,11 @@ def find_store(arg: Path) -> tuple[Path, Path | None]:
     return store, next((w for w in walls if w.is_file()), None)
 
 
-def read_walls(path: Path | None) -> dict[tuple[str, str | None], tuple[float, str]]:
-    """(study, scale or None) -> (seconds, date); the last line of a study wins, as run_studies.sh
-    appends. None: a line without a scale column (the study's first scale)."""
+def read_walls(path: Path | None) -> dict[tuple[str, str | None], tuple[float, str, str | None]]:
+    """(study, scale or None) -> (seconds, date, store); the last line of a study wins, as
+    run_studies.sh appends. Scale None: a line without a scale column (the study's first scale).
+    Store: "clean" or "shared" (the store already held runs, which the study may have reused), None
+    for a line written before run_studies.sh recorded it."""
     out: dict = {}
     if path is None:
         return out
@@ -95,13 +101,21 @@ def read_walls(path: Path | None) -> dict[tuple[str, str | None], tuple[float, s
         parts = line.split("\t")
         try:
             seconds = float(parts[1])
-            if len(parts) not in (3, 4) or not math.isfinite(seconds):
+            bad_store = parts[4:] not in ([], ["clean"], ["shared"])
+            if len(parts) not in (3, 4, 5) or not math.isfinite(seconds) or bad_store:
                 raise ValueError
         except (ValueError, IndexError):
-            print(f"study_docs: {path}:{i}: not 'name<TAB>seconds<TAB>date'; line ignored", file=sys.stderr)
+            print(f"study_docs: {path}:{i}: not 'name<TAB>seconds<TAB>date[<TAB>scale[<TAB>clean|shared]]'; "
+                  "line ignored", file=sys.stderr)
             continue
-        out[(parts[0], parts[3] if len(parts) == 4 else None)] = (seconds, parts[2])
+        scale, store = (parts[3:4] or [None])[0], (parts[4:5] or [None])[0]
+        out[(parts[0], scale)] = (seconds, parts[2], store)
     return out
+
+
+def _store(wall: tuple) -> str | None:
+    """A wall's store state ("clean", "shared" or None: not recorded)."""
+    return wall[2] if len(wall) > 2 else None
 
 
 def _load_report(path: Path) -> tuple[str, str, dict] | None:
@@ -350,6 +364,8 @@ def command_line(name: str, report: dict, builtin: bool, study, wall: tuple | No
     else:
         head = f"Sweep `{name}`" + (f" at scale {scale}" if scale else "") + " (not a built-in study)"
     when = f"{wall[0] / 60:.1f} min wall, {wall[1]}" if wall else "wall time not recorded"
+    if wall and _store(wall) == "shared":
+        when += " (in a store that already held other studies' runs)"
     generated = f"; report generated {report['generated']}" if report.get("generated") else ""
     seeds = spec.get("seeds") or []
     return (f"{head}: {when}{generated}. Scale {scale or '(none)'}, "
@@ -457,6 +473,94 @@ def glance(found: dict, names: list, level: int, kept: dict | None = None) -> st
                                   "lllrrr")])
 
 
+QUICK_MINUTES, MAX_MINUTES = 15, 60   # the cpu scale's time rule: most studies within 15 min, none over 60
+
+
+def _tuning_runs(report: dict) -> int:
+    """Runs the [tune] stage trained: every tuning row's points over its tuning seeds."""
+    rows = (((report.get("lr") or {}).get("tuning") or {}).get("rows")) or []
+    return sum(int(v.get("n") or 0) for r in rows for v in r.get("values") or [])
+
+
+def _wall_cell(wall: tuple | None) -> tuple[bool | None, str]:
+    """(within QUICK_MINUTES, or None when there is no clean-store time; the cell's text)."""
+    if wall is None:
+        return None, DASH
+    minutes, day = wall[0] / 60, wall[1][:10]
+    if _store(wall) == "shared":   # runs found already trained cost nothing: not a clean store's time
+        return None, f"{minutes:.1f} min (in a shared store; {day})"
+    limit = (f"within {QUICK_MINUTES}" if minutes <= QUICK_MINUTES else
+             f"within {MAX_MINUTES}" if minutes <= MAX_MINUTES else f"over {MAX_MINUTES}")
+    return minutes <= QUICK_MINUTES, f"{minutes:.1f} min ({limit}; {day})"
+
+
+def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], bool | None, bool]:
+    """One study's line of the rules table, whether its wall time is within QUICK_MINUTES (None: not
+    recorded) and whether every row that trains ends CPU_MARGIN or more below bigram. A row's level is
+    the mean over its seeds that trained (a seed on the unigram plateau counts as not training, and
+    is counted in its own column); a row none of whose seeds trained is left out of the rule."""
+    bigram = _num((report.get("reference") or {}).get("bigram"))
+    by_row: dict[str, list[float]] = {}
+    plateau: dict[str, int] = {}
+    for run in report.get("runs") or []:
+        row, loss = str(run.get("variant")), _num(run.get("best_val_loss"))
+        if run.get("collapsed"):
+            plateau[row] = plateau.get(row, 0) + 1
+        elif run.get("status") == "completed" and loss is not None:
+            by_row.setdefault(row, []).append(loss)
+    levels = {row: bigram - sum(v) / len(v) for row, v in by_row.items()} if bigram is not None else {}
+    designs = (((report.get("lr") or {}).get("sensitivity")) or {}).get("designs") or []
+    if designs and bigram is not None:   # an lr sweep: its bad rates are the measurement, the rule is
+        levels = {str(d.get("design")): bigram - d["best_loss"]   # on each design at its best rate
+                  for d in designs if _num(d.get("best_loss")) is not None}
+        plateau = {}
+        for d in designs:
+            bad = sum(1 for q in d.get("points") or [] if q.get("lr") == d.get("best_lr") and q.get("kind") != "ok")
+            if bad:
+                plateau[f"{d.get('design')} at its best lr"] = bad
+    short = {row: b for row, b in levels.items() if b < CPU_MARGIN}
+    closest = min(levels, key=levels.get) if levels else None
+    seeds = sorted({int(r.get("n") or 0) for r in report.get("table") or []})
+    compared = len(report.get("runs") or [])
+    tuned = _tuning_runs(report)
+    runs = f"{tuned + compared} ({tuned} + {compared})" if tuned else str(compared)
+    quick, time = _wall_cell(wall)
+    ok_text = f"{len(levels) - len(short)} of {len(levels)}" + (
+        "" if not short else " (short: " + ", ".join(f"{r} {b:.2f}" for r, b in sorted(short.items())) + ")")
+    seeds_text = DASH if not seeds else str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    cells = [name, runs, seeds_text, time, ok_text if levels else DASH,
+             f"{closest} {levels[closest]:.2f}" if closest else DASH,
+             ", ".join(f"{r}: {n}" for r, n in sorted(plateau.items())) or "none"]
+    return cells, quick, not short and bool(levels)
+
+
+def rules_glance(found: dict, names: list, walls: dict, level: int) -> str | None:
+    """The cpu scale's rules, checked from each study's cpu report and recorded wall time: how many
+    runs, seeds per row, the wall time against QUICK_MINUTES / MAX_MINUTES, and the rows that train
+    but end less than CPU_MARGIN below bigram. None when no cpu report exists."""
+    rows, quick, learned = [], [], []
+    for name in names:
+        for _, report in found.get(name, []):
+            if (report.get("spec") or {}).get("scale") != "cpu":
+                continue
+            cells, q, ok = rule_row(name, report, walls.get((name, "cpu")) or walls.get((name, None)))
+            rows.append(cells)
+            quick.append(q)
+            learned.append(ok)
+    if not rows:
+        return None
+    timed = [q for q in quick if q is not None]
+    summary = (f"{sum(learned)} of {len(rows)} studies have every row that trains {CPU_MARGIN} nats or more "
+               f"below bigram; {sum(timed)} of {len(timed)} studies timed from a clean store ran within "
+               f"{QUICK_MINUTES} minutes on the date shown (machines of this kind differ in speed by up to 2x, "
+               "so a wall time is this machine's on that day). Runs: tuning + compared. A row's level is the mean over the seeds that "
+               "trained; a seed on the unigram plateau is counted in the last column instead. An lr sweep "
+               "(lr-sensitivity) is held to the rule by each design at its best rate.")
+    return "\n\n".join([f"{'#' * level} The cpu scale's rules at a glance", summary,
+                         md_table(["study", "runs", "seeds per row", "wall", f"rows {CPU_MARGIN}+ below bigram",
+                                   "closest to bigram", "seeds on the unigram plateau"], rows, "lrrrlll")])
+
+
 def render_region(found: dict, studies: dict, walls: dict, level: int, figures: Path, target: Path,
                   notes: list, copies: dict, kept: dict | None = None) -> str:
     names = list(studies) + sorted(n for n in found if n not in studies)
@@ -468,6 +572,9 @@ def render_region(found: dict, studies: dict, walls: dict, level: int, figures: 
     if any(r.get("claims") for reps in found.values() for _, r in reps) or any(rows for _, rows in kept.values()):
         parts.append(RULES_TEXT)
         parts.append(glance(found, names, level, kept))
+    rules = rules_glance(found, names, walls, level)
+    if rules:
+        parts.append(rules)
     for name in names:
         parts.append(section(name, found.get(name, []), name in studies, studies.get(name), level, walls, figures, target,
                              by_study.pop(name, []), copies, kept=kept.get(name, (None,))[0]))
@@ -544,7 +651,8 @@ def archive_reports(found: dict, walls: dict, archive: Path) -> None:
         if wall:
             kept.pop((name, None), None)
             kept[(name, scale)] = wall
-    lines = [f"{n}\t{w[0]:.0f}\t{w[1]}" + (f"\t{sc}" if sc is not None else "") for (n, sc), w in sorted(
+    lines = [f"{n}\t{w[0]:.0f}\t{w[1]}" + (f"\t{sc}" if sc is not None else "")
+             + (f"\t{_store(w)}" if sc is not None and _store(w) else "") for (n, sc), w in sorted(
         kept.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
     write_bytes(archive / "walls.tsv", ("\n".join(lines) + "\n").encode("utf-8"))
 

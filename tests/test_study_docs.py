@@ -335,3 +335,83 @@ def test_a_section_generated_before_the_archive_is_kept_until_its_study_has_a_re
     assert "2 published claims were tested: 2 reproduced." in text  # alpha's and the kept one
     assert run(docs, out) == 0
     assert readme.read_text(encoding="utf-8") == text  # stable
+
+
+def _cpu_report(name, runs, tuning_rows=None, sensitivity=None):
+    """A cpu report with just what the rules table reads: runs (variant, seed loss, collapsed), rows' n."""
+    table, by_row = [], {}
+    for variant, _, _ in runs:
+        by_row[variant] = by_row.get(variant, 0) + 1
+    table = [{"variant": v, "n": n} for v, n in by_row.items()]
+    lr = {"tuning": {"rows": tuning_rows}} if tuning_rows else None
+    if sensitivity:
+        lr = {"sensitivity": {"designs": sensitivity}}
+    return {"spec": {"name": name, "scale": "cpu"}, "reference": {"bigram": 2.5}, "table": table, "lr": lr,
+            "runs": [{"variant": v, "status": "completed" if loss is not None else "failed",
+                      "best_val_loss": loss, "collapsed": c} for v, loss, c in runs]}
+
+
+def test_the_rules_table_checks_each_cpu_report_against_the_scales_rules(docs):
+    """Runs are tuning + compared; a row's level is the mean over its seeds that trained (a plateau
+    seed is counted apart, a row with none trained is left out); a row less than 0.3 below bigram is
+    named; the wall is judged against 15 and 60 minutes, a shared store's not at all; an lr sweep is
+    judged by each design at its best rate; a smoke report is not in the table."""
+    quick = _cpu_report("quick", [("a", 2.0, False), ("a", 2.1, False), ("a", 3.34, True),
+                                  ("b", 2.3, False), ("b", 2.2, False), ("dead", 3.35, True)],
+                        tuning_rows=[{"values": [{"n": 2}, {"n": 2}]}, {"values": [{"n": 1}]}])
+    slow = _cpu_report("slow", [("a", 1.9, False)] * 3)
+    shared = _cpu_report("shared", [("a", 1.9, False)] * 3)
+    sweep = _cpu_report("sweep", [("x-lr=1", 1.8, False), ("x-lr=9", 3.35, True)], sensitivity=[
+        {"design": "x", "best_loss": 1.8, "best_lr": 1, "points": [{"lr": 1, "kind": "ok"}, {"lr": 9, "kind": "failed"}]},
+        {"design": "y", "best_loss": 2.25, "best_lr": 3, "points": [{"lr": 3, "kind": "ok"}, {"lr": 3, "kind": "failed"}]}])
+    smoke = {**slow, "spec": {"name": "smoke", "scale": "smoke"}}
+    found = {n: [(None, r)] for n, r in [("quick", quick), ("slow", slow), ("shared", shared), ("sweep", sweep),
+                                         ("smoke", smoke)]}
+    walls = {("quick", "cpu"): (600.0, "2026-12-03T10:00Z", "clean"), ("slow", None): (3700.0, "2026-12-02T10:00Z"),
+             ("shared", "cpu"): (60.0, "2026-12-03T11:00Z", "shared")}
+    text = docs.rules_glance(found, ["quick", "slow", "shared", "sweep", "smoke"], walls, 3)
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| study")}
+    assert set(rows) == {"quick", "slow", "shared", "sweep"}
+    assert rows["quick"][1:] == ["11 (5 + 6)", "1-3", "10.0 min (within 15; 2026-12-03)",
+                                 "1 of 2 (short: b 0.25)", "b 0.25", "a: 1, dead: 1"]
+    assert rows["slow"][3] == "61.7 min (over 60; 2026-12-02)" and rows["slow"][4] == "1 of 1"
+    assert rows["shared"][3] == "1.0 min (in a shared store; 2026-12-03)"
+    assert rows["sweep"][4:] == ["1 of 2 (short: y 0.25)", "y 0.25", "y at its best lr: 1"]
+    assert "2 of 4 studies have every row that trains 0.3 nats or more below bigram" in text
+    assert "1 of 2 studies timed from a clean store ran within 15 minutes" in text
+    assert docs.rules_glance({"smoke": [(None, smoke)]}, ["smoke"], {}, 3) is None
+
+
+def test_walls_keep_whether_the_store_was_clean(docs, tmp_path, capsys):
+    """run_studies.sh's fifth column is read and archived; anything but clean / shared is ignored
+    with a line; a shared store's wall says so in the section's command line."""
+    walls = tmp_path / "walls.tsv"
+    walls.write_text("a\t60\t2026-12-03T10:00Z\tcpu\tshared\nb\t70\t2026-12-03T10:00Z\tcpu\tdirty\n"
+                     "c\t80\t2026-12-03T10:00Z\n")
+    read = docs.read_walls(walls)
+    assert read == {("a", "cpu"): (60.0, "2026-12-03T10:00Z", "shared"), ("c", None): (80.0, "2026-12-03T10:00Z", None)}
+    assert "walls.tsv:2: not 'name<TAB>seconds<TAB>date[<TAB>scale[<TAB>clean|shared]]'" in capsys.readouterr().err
+    line = docs.command_line("a", {"spec": {"name": "a", "scale": "cpu"}, "generated": "today"}, False, None,
+                             read[("a", "cpu")])
+    assert "1.0 min wall, 2026-12-03T10:00Z (in a store that already held other studies' runs)" in line
+    store = tmp_path / "store"
+    folder = write_report(store, "a", scale="cpu")
+    docs.archive_reports({"a": [(folder, json.loads((folder / "report.json").read_text()))]}, read, tmp_path / "arch")
+    assert (tmp_path / "arch" / "walls.tsv").read_text() == "a\t60\t2026-12-03T10:00Z\tcpu\tshared\n"
+
+
+def test_run_studies_records_whether_the_store_was_clean(docs, tmp_path):
+    """bench/run_studies.sh writes name, seconds, date, scale and the store's state: "clean" for the
+    first study into an empty OUT, "shared" for one that finds runs already there (here the same
+    smoke study again, whose runs it reuses); study_docs reads both lines."""
+    out = tmp_path / "out"
+    for _ in range(2):
+        done = subprocess.run(["bash", str(ROOT / "bench" / "run_studies.sh"), str(out), "partial-residual"],
+                              cwd=tmp_path, env={**__import__("os").environ, "SCALE": "smoke"},
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    lines = [line.split("\t") for line in (out / "walls.tsv").read_text().splitlines()]
+    assert [(l[0], l[3], l[4]) for l in lines] == [("partial-residual", "smoke", "clean"),
+                                                    ("partial-residual", "smoke", "shared")]
+    assert docs.read_walls(out / "walls.tsv")[("partial-residual", "smoke")][2] == "shared"
