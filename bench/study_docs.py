@@ -494,30 +494,38 @@ def _wall_cell(wall: tuple | None) -> tuple[bool | None, str]:
     return minutes <= QUICK_MINUTES, f"{minutes:.1f} min ({limit}; {day})"
 
 
-def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], bool | None, bool]:
-    """One study's line of the rules table, whether its wall time is within QUICK_MINUTES (None: not
-    recorded) and whether every row that trains ends CPU_MARGIN or more below bigram. A row's level is
-    the mean over its seeds that trained (a seed on the unigram plateau counts as not training, and
-    is counted in its own column); a row none of whose seeds trained is left out of the rule."""
+def _row_levels(report: dict) -> tuple[dict[str, float], dict[str, int]]:
+    """({row: nats below bigram}, {row: seeds on the unigram plateau}). A row's level is the mean over
+    its seeds that trained. In an lr sweep the rows are the designs at their best rate: its bad rates
+    are the measurement, so the plateau counts only the best rate's failed seeds."""
     bigram = _num((report.get("reference") or {}).get("bigram"))
-    by_row: dict[str, list[float]] = {}
+    if bigram is None:
+        return {}, {}
+    designs = (((report.get("lr") or {}).get("sensitivity")) or {}).get("designs") or []
+    if designs:
+        levels = {str(d.get("design")): bigram - d["best_loss"]
+                  for d in designs if _num(d.get("best_loss")) is not None}
+        failed = {f"{d.get('design')} at its best lr": sum(1 for q in d.get("points") or []
+                                                           if q.get("lr") == d.get("best_lr") and q.get("kind") != "ok")
+                  for d in designs}
+        return levels, {row: n for row, n in failed.items() if n}
+    trained: dict[str, list[float]] = {}
     plateau: dict[str, int] = {}
     for run in report.get("runs") or []:
         row, loss = str(run.get("variant")), _num(run.get("best_val_loss"))
         if run.get("collapsed"):
             plateau[row] = plateau.get(row, 0) + 1
         elif run.get("status") == "completed" and loss is not None:
-            by_row.setdefault(row, []).append(loss)
-    levels = {row: bigram - sum(v) / len(v) for row, v in by_row.items()} if bigram is not None else {}
-    designs = (((report.get("lr") or {}).get("sensitivity")) or {}).get("designs") or []
-    if designs and bigram is not None:   # an lr sweep: its bad rates are the measurement, the rule is
-        levels = {str(d.get("design")): bigram - d["best_loss"]   # on each design at its best rate
-                  for d in designs if _num(d.get("best_loss")) is not None}
-        plateau = {}
-        for d in designs:
-            bad = sum(1 for q in d.get("points") or [] if q.get("lr") == d.get("best_lr") and q.get("kind") != "ok")
-            if bad:
-                plateau[f"{d.get('design')} at its best lr"] = bad
+            trained.setdefault(row, []).append(loss)
+    return {row: bigram - sum(v) / len(v) for row, v in trained.items()}, plateau
+
+
+def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], bool | None, bool]:
+    """One study's line of the rules table, whether its wall time is within QUICK_MINUTES (None: not
+    recorded) and whether every row that trains ends CPU_MARGIN or more below bigram. A row's level is
+    the mean over its seeds that trained (a seed on the unigram plateau counts as not training, and
+    is counted in its own column); a row none of whose seeds trained is left out of the rule."""
+    levels, plateau = _row_levels(report)
     short = {row: b for row, b in levels.items() if b < CPU_MARGIN}
     closest = min(levels, key=levels.get) if levels else None
     seeds = sorted({int(r.get("n") or 0) for r in report.get("table") or []})
@@ -553,8 +561,8 @@ def rules_glance(found: dict, names: list, walls: dict, level: int) -> str | Non
     summary = (f"{sum(learned)} of {len(rows)} studies have every row that trains {CPU_MARGIN} nats or more "
                f"below bigram; {sum(timed)} of {len(timed)} studies timed from a clean store ran within "
                f"{QUICK_MINUTES} minutes on the date shown (machines of this kind differ in speed by up to 2x, "
-               "so a wall time is this machine's on that day). Runs: tuning + compared. A row's level is the mean over the seeds that "
-               "trained; a seed on the unigram plateau is counted in the last column instead. An lr sweep "
+               "so a wall time is this machine's on that day). Runs: tuning + compared. A row's level is the "
+               "mean over the seeds that trained; a seed on the unigram plateau is counted in the last column instead. An lr sweep "
                "(lr-sensitivity) is held to the rule by each design at its best rate.")
     return "\n\n".join([f"{'#' * level} The cpu scale's rules at a glance", summary,
                          md_table(["study", "runs", "seeds per row", "wall", f"rows {CPU_MARGIN}+ below bigram",
