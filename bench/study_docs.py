@@ -482,6 +482,33 @@ def _tuning_runs(report: dict) -> int:
     return sum(int(v.get("n") or 0) for r in rows for v in r.get("values") or [])
 
 
+# The fewest runs the cpu scale's rules allow a study: every compared row on MIN_SEEDS seeds, and a row
+# tuned over [tune] needs MIN_TUNE_VALUES rates on one tuning seed (two rates cannot place an interior
+# best); an lr sweep (lr-sensitivity) needs SWEEP_VALUES rates (issue 15: at least 6) per design.
+MIN_SEEDS, MIN_TUNE_VALUES, SWEEP_VALUES = 3, 3, 6
+
+
+def fewest_runs(report: dict) -> int:
+    """The runs a study's question needs at the least under the rules, from its cpu report's rows."""
+    lr = report.get("lr") or {}
+    designs = (lr.get("sensitivity") or {}).get("designs") or []
+    if designs:
+        return len(designs) * SWEEP_VALUES * MIN_SEEDS
+    rows = len(report.get("table") or [])
+    tuned = bool((lr.get("tuning") or {}).get("rows"))
+    return rows * (MIN_SEEDS + (MIN_TUNE_VALUES if tuned else 0))
+
+
+def _floor_cell(report: dict, runs: int, wall: tuple | None) -> tuple[bool | None, str]:
+    """(whether the fewest runs would fit QUICK_MINUTES, scaled from a clean store's wall at the
+    study's mean cost per run, or None without one; the cell's text)."""
+    floor = fewest_runs(report)
+    if wall is None or _store(wall) == "shared" or not runs:
+        return None, str(floor)
+    minutes = wall[0] / 60 * floor / runs
+    return minutes <= QUICK_MINUTES, f"{floor} (about {minutes:.1f} min)"
+
+
 def _wall_cell(wall: tuple | None) -> tuple[bool | None, str]:
     """(within QUICK_MINUTES, or None when there is no clean-store time; the cell's text)."""
     if wall is None:
@@ -520,9 +547,10 @@ def _row_levels(report: dict) -> tuple[dict[str, float], dict[str, int]]:
     return {row: bigram - sum(v) / len(v) for row, v in trained.items()}, plateau
 
 
-def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], bool | None, bool]:
-    """One study's line of the rules table, whether its wall time is within QUICK_MINUTES (None: not
-    recorded) and whether every row that trains ends CPU_MARGIN or more below bigram. A row's level is
+def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], tuple, bool]:
+    """One study's line of the rules table; whether its wall time, and the wall its fewest runs would
+    take, are within QUICK_MINUTES (each None without a clean store's time); and whether every row
+    that trains ends CPU_MARGIN or more below bigram. A row's level is
     the mean over its seeds that trained (a seed on the unigram plateau counts as not training, and
     is counted in its own column); a row none of whose seeds trained is left out of the rule."""
     levels, plateau = _row_levels(report)
@@ -533,19 +561,21 @@ def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], bo
     tuned = _tuning_runs(report)
     runs = f"{tuned + compared} ({tuned} + {compared})" if tuned else str(compared)
     quick, time = _wall_cell(wall)
+    floor_quick, floor = _floor_cell(report, tuned + compared, wall)
     ok_text = f"{len(levels) - len(short)} of {len(levels)}" + (
         "" if not short else " (short: " + ", ".join(f"{r} {b:.2f}" for r, b in sorted(short.items())) + ")")
     seeds_text = DASH if not seeds else str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    cells = [name, runs, seeds_text, time, ok_text if levels else DASH,
+    cells = [name, runs, seeds_text, time, floor, ok_text if levels else DASH,
              f"{closest} {levels[closest]:.2f}" if closest else DASH,
              ", ".join(f"{r}: {n}" for r, n in sorted(plateau.items())) or "none"]
-    return cells, quick, not short and bool(levels)
+    return cells, (quick, floor_quick), not short and bool(levels)
 
 
 def rules_glance(found: dict, names: list, walls: dict, level: int) -> str | None:
     """The cpu scale's rules, checked from each study's cpu report and recorded wall time: how many
-    runs, seeds per row, the wall time against QUICK_MINUTES / MAX_MINUTES, and the rows that train
-    but end less than CPU_MARGIN below bigram. None when no cpu report exists."""
+    runs, seeds per row, the wall time against QUICK_MINUTES / MAX_MINUTES, the fewest runs the rules
+    allow and the wall they would take, and the rows that train but end less than CPU_MARGIN below
+    bigram. None when no cpu report exists."""
     rows, quick, learned = [], [], []
     for name in names:
         for _, report in found.get(name, []):
@@ -557,16 +587,23 @@ def rules_glance(found: dict, names: list, walls: dict, level: int) -> str | Non
             learned.append(ok)
     if not rows:
         return None
-    timed = [q for q in quick if q is not None]
+    timed = [q for q, _ in quick if q is not None]
+    floors = [f for _, f in quick if f is not None]
     summary = (f"{sum(learned)} of {len(rows)} studies have every row that trains {CPU_MARGIN} nats or more "
                f"below bigram; {sum(timed)} of {len(timed)} studies timed from a clean store ran within "
                f"{QUICK_MINUTES} minutes on the date shown (machines of this kind differ in speed by up to 2x, "
-               "so a wall time is this machine's on that day). Runs: tuning + compared. A row's level is the "
+               "so a wall time is this machine's on that day), and at the fewest runs the rules allow, "
+               f"{sum(floors)} of {len(floors)} would. Fewest runs: every row on {MIN_SEEDS} seeds, plus "
+               f"{MIN_TUNE_VALUES} tuning rates on one seed for a row tuned over [tune] (two cannot place an "
+               f"interior best); an lr sweep {SWEEP_VALUES} rates on {MIN_SEEDS} seeds per design; their wall "
+               "is the measured one scaled by the runs, at the study's mean cost per run. "
+               "Runs: tuning + compared. A row's level is the "
                "mean over the seeds that trained; a seed on the unigram plateau is counted in the last column instead. An lr sweep "
                "(lr-sensitivity) is held to the rule by each design at its best rate.")
     return "\n\n".join([f"{'#' * level} The cpu scale's rules at a glance", summary,
-                         md_table(["study", "runs", "seeds per row", "wall", f"rows {CPU_MARGIN}+ below bigram",
-                                   "closest to bigram", "seeds on the unigram plateau"], rows, "lrrrlll")])
+                         md_table(["study", "runs", "seeds per row", "wall", "fewest runs the rules allow",
+                                   f"rows {CPU_MARGIN}+ below bigram", "closest to bigram",
+                                   "seeds on the unigram plateau"], rows, "lrrrrlll")])
 
 
 def render_region(found: dict, studies: dict, walls: dict, level: int, figures: Path, target: Path,

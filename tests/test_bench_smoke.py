@@ -142,3 +142,17 @@ def test_reference_gpt_init_and_loss():
 def _seeded_init_is_reproducible(ref, cfg) -> bool:
     a, b = ref.ReferenceGPT(cfg, seed=3), ref.ReferenceGPT(cfg, seed=3)
     return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_bench_cpu_autocast_smoke(tmp_path):
+    """bf16 autocast on CPU against float32: both sides timed in alternation, medians and the ratio."""
+    out = tmp_path / "autocast.json"
+    proc = _run("bench_cpu_autocast.py", "--smoke", "--json", str(out))
+    assert "smoke: not a result" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["shape"]["threads"] == 1
+    for what in ("matmul", "train_step"):
+        r = res[what]
+        assert r["float32_ms"] > 0 and r["bf16_ms"] > 0
+        assert r["ratio_bf16_to_float32"] == pytest.approx(r["bf16_ms"] / r["float32_ms"])
+        assert len(r["rounds"]["float32"]) == len(r["rounds"]["bf16"]) == 1

@@ -354,8 +354,10 @@ def _cpu_report(name, runs, tuning_rows=None, sensitivity=None):
 def test_the_rules_table_checks_each_cpu_report_against_the_scales_rules(docs):
     """Runs are tuning + compared; a row's level is the mean over its seeds that trained (a plateau
     seed is counted apart, a row with none trained is left out); a row less than 0.3 below bigram is
-    named; the wall is judged against 15 and 60 minutes, a shared store's not at all; an lr sweep is
-    judged by each design at its best rate; a smoke report is not in the table."""
+    named; the wall is judged against 15 and 60 minutes, a shared store's not at all; the fewest runs
+    the rules allow are 3 seeds a row (+ 3 tuning rates for a tuned row; 6 rates x 3 seeds a design in
+    an lr sweep), their wall the measured one scaled by the runs; an lr sweep is judged by each design
+    at its best rate; a smoke report is not in the table."""
     quick = _cpu_report("quick", [("a", 2.0, False), ("a", 2.1, False), ("a", 3.34, True),
                                   ("b", 2.3, False), ("b", 2.2, False), ("dead", 3.35, True)],
                         tuning_rows=[{"values": [{"n": 2}, {"n": 2}]}, {"values": [{"n": 1}]}])
@@ -367,19 +369,21 @@ def test_the_rules_table_checks_each_cpu_report_against_the_scales_rules(docs):
     smoke = {**slow, "spec": {"name": "smoke", "scale": "smoke"}}
     found = {n: [(None, r)] for n, r in [("quick", quick), ("slow", slow), ("shared", shared), ("sweep", sweep),
                                          ("smoke", smoke)]}
-    walls = {("quick", "cpu"): (600.0, "2026-12-03T10:00Z", "clean"), ("slow", None): (3700.0, "2026-12-02T10:00Z"),
+    walls = {("quick", "cpu"): (550.0, "2026-12-03T10:00Z", "clean"), ("slow", None): (3700.0, "2026-12-02T10:00Z"),
              ("shared", "cpu"): (60.0, "2026-12-03T11:00Z", "shared")}
     text = docs.rules_glance(found, ["quick", "slow", "shared", "sweep", "smoke"], walls, 3)
     rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("| study")}
     assert set(rows) == {"quick", "slow", "shared", "sweep"}
-    assert rows["quick"][1:] == ["11 (5 + 6)", "1-3", "10.0 min (within 15; 2026-12-03)",
+    # quick: 3 tuned rows x (3 + 3) = 18 runs, 550 s x 18 / 11 = 15.0 min
+    assert rows["quick"][1:] == ["11 (5 + 6)", "1-3", "9.2 min (within 15; 2026-12-03)", "18 (about 15.0 min)",
                                  "1 of 2 (short: b 0.25)", "b 0.25", "a: 1, dead: 1"]
-    assert rows["slow"][3] == "61.7 min (over 60; 2026-12-02)" and rows["slow"][4] == "1 of 1"
-    assert rows["shared"][3] == "1.0 min (in a shared store; 2026-12-03)"
-    assert rows["sweep"][4:] == ["1 of 2 (short: y 0.25)", "y 0.25", "y at its best lr: 1"]
+    assert rows["slow"][3:6] == ["61.7 min (over 60; 2026-12-02)", "3 (about 61.7 min)", "1 of 1"]
+    assert rows["shared"][3:5] == ["1.0 min (in a shared store; 2026-12-03)", "3"]
+    assert rows["sweep"][4:] == ["36", "1 of 2 (short: y 0.25)", "y 0.25", "y at its best lr: 1"]
     assert "2 of 4 studies have every row that trains 0.3 nats or more below bigram" in text
     assert "1 of 2 studies timed from a clean store ran within 15 minutes" in text
+    assert "at the fewest runs the rules allow, 1 of 2 would" in text
     assert docs.rules_glance({"smoke": [(None, smoke)]}, ["smoke"], {}, 3) is None
 
 
