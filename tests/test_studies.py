@@ -22,7 +22,7 @@ EXPECTED = {  # tuned cpu scales: tuning runs (rows x values x tuning seeds) + c
     "prores": {"smoke": (20, 20), "cpu": (68, 8), "paper": (30, 30)},
     "gain-confound": {"smoke": (9, 9), "cpu": (45, 9), "paper": (27, 9)},
     "simplified-blocks": {"smoke": (6, 6), "cpu": (48, 6), "paper": (18, 6)},
-    "depth-scaling": {"smoke": (40, 40), "cpu": (60, 10), "paper": (80, 40)},
+    "depth-scaling": {"smoke": (40, 40), "cpu": (64, 10), "paper": (80, 40)},
     "lr-sensitivity": {"smoke": (10, 10), "cpu": (105, 35), "paper": (105, 35)},
     "depth-mixing": {"smoke": (16, 16), "cpu": (110, 16), "paper": (48, 16)},
     "speedrun-skips": {"smoke": (6, 6), "cpu": (54, 6), "paper": (18, 6)},
