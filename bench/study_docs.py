@@ -14,8 +14,9 @@ so nothing stale survives), then any other sweep that has a report. A section ho
 the command and scale, the wall time (from walls.tsv) and date, the reference levels, the main
 table, the claims' verdicts, and links to the figures, which are copied into --figures. Before the
 sections, two tables at a glance: every claim's verdict, and the cpu scale's rules checked from each
-cpu report (runs, seeds per row, wall time against 15 and 60 minutes, the rows that train but end
-less than 0.3 nats below bigram, the seeds on the unigram plateau).
+cpu report (runs, seeds per row, wall time against 15 and 60 minutes, the fewest runs the rules
+allow and the wall they would take, the rows that train but end less than 0.3 nats below bigram,
+the seeds on the unigram plateau).
 
 Everything between the markers is rewritten, except human notes: text written in the target file
 between `<!-- note:NAME -->` and `<!-- /note:NAME -->` inside the region is kept byte for byte and
@@ -476,10 +477,19 @@ def glance(found: dict, names: list, level: int, kept: dict | None = None) -> st
 QUICK_MINUTES, MAX_MINUTES = 15, 60   # the cpu scale's time rule: most studies within 15 min, none over 60
 
 
+def _tuning_rows(report: dict) -> list[dict]:
+    """The report's [tune] rows (empty when the study tunes nothing)."""
+    return (((report.get("lr") or {}).get("tuning") or {}).get("rows")) or []
+
+
+def _sweep_designs(report: dict) -> list[dict]:
+    """The designs of an lr sweep's sensitivity table (empty when the study is not an lr sweep)."""
+    return (((report.get("lr") or {}).get("sensitivity")) or {}).get("designs") or []
+
+
 def _tuning_runs(report: dict) -> int:
     """Runs the [tune] stage trained: every tuning row's points over its tuning seeds."""
-    rows = (((report.get("lr") or {}).get("tuning") or {}).get("rows")) or []
-    return sum(int(v.get("n") or 0) for r in rows for v in r.get("values") or [])
+    return sum(int(v.get("n") or 0) for r in _tuning_rows(report) for v in r.get("values") or [])
 
 
 # The fewest runs the cpu scale's rules allow a study: every compared row on MIN_SEEDS seeds, and a row
@@ -490,22 +500,26 @@ MIN_SEEDS, MIN_TUNE_VALUES, SWEEP_VALUES = 3, 3, 6
 
 def fewest_runs(report: dict) -> int:
     """The runs a study's question needs at the least under the rules, from its cpu report's rows."""
-    lr = report.get("lr") or {}
-    designs = (lr.get("sensitivity") or {}).get("designs") or []
+    designs = _sweep_designs(report)
     if designs:
         return len(designs) * SWEEP_VALUES * MIN_SEEDS
     rows = len(report.get("table") or [])
-    tuned = bool((lr.get("tuning") or {}).get("rows"))
-    return rows * (MIN_SEEDS + (MIN_TUNE_VALUES if tuned else 0))
+    return rows * (MIN_SEEDS + (MIN_TUNE_VALUES if _tuning_rows(report) else 0))
+
+
+def _clean_minutes(wall: tuple | None) -> float | None:
+    """A wall time in minutes when it is a clean store's; None without one or in a shared store (runs
+    found already trained cost it nothing)."""
+    return None if wall is None or _store(wall) == "shared" else wall[0] / 60
 
 
 def _floor_cell(report: dict, runs: int, wall: tuple | None) -> tuple[bool | None, str]:
     """(whether the fewest runs would fit QUICK_MINUTES, scaled from a clean store's wall at the
     study's mean cost per run, or None without one; the cell's text)."""
-    floor = fewest_runs(report)
-    if wall is None or _store(wall) == "shared" or not runs:
+    floor, measured = fewest_runs(report), _clean_minutes(wall)
+    if measured is None or not runs:
         return None, str(floor)
-    minutes = wall[0] / 60 * floor / runs
+    minutes = measured * floor / runs
     return minutes <= QUICK_MINUTES, f"{floor} (about {minutes:.1f} min)"
 
 
@@ -513,9 +527,9 @@ def _wall_cell(wall: tuple | None) -> tuple[bool | None, str]:
     """(within QUICK_MINUTES, or None when there is no clean-store time; the cell's text)."""
     if wall is None:
         return None, DASH
-    minutes, day = wall[0] / 60, wall[1][:10]
-    if _store(wall) == "shared":   # runs found already trained cost nothing: not a clean store's time
-        return None, f"{minutes:.1f} min (in a shared store; {day})"
+    minutes, day = _clean_minutes(wall), wall[1][:10]
+    if minutes is None:
+        return None, f"{wall[0] / 60:.1f} min (in a shared store; {day})"
     limit = (f"within {QUICK_MINUTES}" if minutes <= QUICK_MINUTES else
              f"within {MAX_MINUTES}" if minutes <= MAX_MINUTES else f"over {MAX_MINUTES}")
     return minutes <= QUICK_MINUTES, f"{minutes:.1f} min ({limit}; {day})"
@@ -528,7 +542,7 @@ def _row_levels(report: dict) -> tuple[dict[str, float], dict[str, int]]:
     bigram = _num((report.get("reference") or {}).get("bigram"))
     if bigram is None:
         return {}, {}
-    designs = (((report.get("lr") or {}).get("sensitivity")) or {}).get("designs") or []
+    designs = _sweep_designs(report)
     if designs:
         levels = {str(d.get("design")): bigram - d["best_loss"]
                   for d in designs if _num(d.get("best_loss")) is not None}
