@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -143,49 +142,55 @@ def wandb_offline(tmp_path, monkeypatch):
     return home
 
 
-def _wandb_records(path: Path):
-    """The protobuf Records of one .wandb transaction log (LevelDB log format: 32 KiB blocks of
-    [crc32 u32][length u16][type u8] chunks after the ':W&B' file header)."""
-    from wandb.proto import wandb_internal_pb2 as pb
+class _RecordedRun:
+    """A real W&B run, with what reslab hands to its public API (log, finish) written down.
 
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path}: not a W&B transaction log"
-    pos, block, pending = 7, 32768, b""
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 0:  # zero padding at the end of a file still being written
-            break
-        if kind in (2, 3):  # FIRST, MIDDLE
-            pending = (b"" if kind == 2 else pending) + chunk
-            continue
-        record = pb.Record()
-        record.ParseFromString(chunk if kind == 1 else pending + chunk)  # FULL, LAST
-        yield record
+    W&B's files on disk are its own internal format, which changes between releases (0.31 changed
+    it under a hand-written reader); what reslab promises is the calls it makes, and W&B itself, run
+    for real in offline mode, checks and accepts them."""
+
+    def __init__(self, run, init_kwargs: dict):
+        self._run, self.init = run, init_kwargs
+        self.history: dict[int, dict] = {}
+        self.exit_code = None
+        self.id, self.project, self.name = run.id, run.project, run.name
+        self.config = dict(run.config)
+        self.dir = Path(run.dir).parent  # wandb/offline-run-<time>-<id>
+
+    def log(self, data, step=None, **kwargs):
+        self._run.log(data, step=step, **kwargs)
+        self.history.setdefault(step, {}).update(data)
+
+    def finish(self, exit_code=None, **kwargs):
+        self._run.finish(exit_code=exit_code, **kwargs)
+        self.exit_code = exit_code
+
+    def __getattr__(self, name):  # starting_step and anything else: the real run's
+        return getattr(self._run, name)
 
 
-def _wandb_offline_runs(run_dir: Path) -> list[dict]:
-    """Each offline run under run_dir/wandb, oldest first: id, project, name, exit code, config, and
-    its history as step -> {key: value} (W&B's own keys, starting with '_', left out)."""
-    runs = []
-    for log in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        run = {"dir": log.parent, "history": {}, "exit_code": None}
-        for r in _wandb_records(log):
-            kind = r.WhichOneof("record_type")
-            if kind == "run":
-                run.update(id=r.run.run_id, project=r.run.project, name=r.run.display_name,
-                           start=r.run.start_time.ToNanoseconds(),
-                           config={i.key: json.loads(i.value_json) for i in r.run.config.update})
-            elif kind == "history":
-                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-                run["history"][r.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
-            elif kind == "exit":
-                run["exit_code"] = r.exit.exit_code
-        runs.append(run)
-    return sorted(runs, key=lambda r: r["start"])
+@pytest.fixture
+def wandb_runs(wandb_offline, monkeypatch):
+    """Every W&B run opened in the test, oldest first, each recorded (_RecordedRun)."""
+    import wandb
+
+    runs: list[_RecordedRun] = []
+    real_init = wandb.init
+
+    def init(**kwargs):
+        runs.append(_RecordedRun(real_init(**kwargs), kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(wandb, "init", init)
+    return runs
+
+
+def _assert_offline_run_written(run: _RecordedRun, run_dir: Path) -> None:
+    """W&B wrote the run where `wandb sync` looks for it: run_dir/wandb/offline-run-*-<id>/run-<id>.wandb."""
+    assert run.dir.parent == run_dir / "wandb" and run.dir.name.startswith("offline-run-")
+    assert f"-{run.id}" in run.dir.name  # offline-run-<time>-<id>, and "-1" after it for a second one
+    log = run.dir / f"run-{run.id}.wandb"
+    assert log.is_file() and log.stat().st_size > 0
 
 
 def _history_from_metrics(rows: list[dict]) -> dict[int, dict]:
@@ -197,32 +202,37 @@ def _history_from_metrics(rows: list[dict]) -> dict[int, dict]:
     return out
 
 
-def test_wandb_offline_run_logs_what_metrics_jsonl_holds(tmp_path, corpus, wandb_offline):
+def test_wandb_offline_run_logs_what_metrics_jsonl_holds(tmp_path, corpus, wandb_offline, wandb_runs):
     cfg = tiny_config(corpus, tmp_path / "c", **{"train.wandb": True, "train.wandb_project": "lab",
                                                   "train.steps": 12, "train.eval_interval": 6})
     result = train(cfg, tmp_path / "r", log=_quiet)
-    (run,) = _wandb_offline_runs(result.path)
-    assert (run["id"], run["project"], run["name"], run["exit_code"]) == ("r", "lab", "t", 0)
-    assert run["config"]["train"]["steps"] == 12 and run["config"]["model"]["n_layer"] == 2  # the whole config
+    (run,) = wandb_runs
+    assert (run.id, run.project, run.name, run.exit_code) == ("r", "lab", "t", 0)
+    assert run.init["resume"] == "allow"  # a relaunch continues this W&B run
+    assert run.config["train"]["steps"] == 12 and run.config["model"]["n_layer"] == 2  # the whole config
     want = _history_from_metrics(_metric_rows(result.path))
     assert {"train_loss", "val_loss", "lr", "grad_norm"} <= {k for row in want.values() for k in row}
-    assert run["history"] == want  # every key, every step, every value (JSON floats: exact)
-    assert run["history"][12]["val_loss"] == result.final_val_loss
+    assert run.history == want  # every key, every step, every value
+    assert run.history[12]["val_loss"] == result.final_val_loss
+    _assert_offline_run_written(run, result.path)
     assert not list((wandb_offline / "config").rglob("*.json"))  # no login settings were written
 
 
-def test_wandb_offline_resumed_run_continues_the_same_run(tmp_path, corpus, wandb_offline, monkeypatch):
+def test_wandb_offline_resumed_run_continues_the_same_run(tmp_path, corpus, wandb_runs, monkeypatch):
     cfg = tiny_config(corpus, tmp_path / "c", **{"train.wandb": True, "train.steps": 12, "train.eval_interval": 4})
     restore = _interrupt_at(monkeypatch, 8)  # last checkpoint at step 8: nothing logged after it
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "r", log=_quiet)
     restore()
     train(cfg, tmp_path / "r", log=_quiet)
-    first, second = _wandb_offline_runs(tmp_path / "r")
-    assert first["id"] == second["id"] == "r"  # `wandb sync` continues one W&B run
-    assert first["exit_code"] != 0 and second["exit_code"] == 0  # the interrupted part is marked failed
-    assert max(first["history"]) == 8 and min(second["history"]) == 9  # it continues, nothing twice
-    assert {**first["history"], **second["history"]} == _history_from_metrics(_metric_rows(tmp_path / "r"))
+    first, second = wandb_runs
+    assert first.id == second.id == "r"  # `wandb sync` continues one W&B run
+    assert first.exit_code != 0 and second.exit_code == 0  # the interrupted part is marked failed
+    assert max(first.history) == 8 and min(second.history) == 9  # it continues, nothing twice
+    assert {**first.history, **second.history} == _history_from_metrics(_metric_rows(tmp_path / "r"))
+    for run in (first, second):
+        _assert_offline_run_written(run, tmp_path / "r")
+    assert first.dir != second.dir  # the relaunch did not write over the interrupted part
 
 
 def test_wandb_resumed_online_run_skips_steps_the_server_already_has(tmp_path, monkeypatch):
@@ -847,7 +857,7 @@ def test_hf_corpus_local_folder_read_by_datasets_is_prepared_again_when_its_file
     assert first.folder != again.folder or first.meta["key"] != again.meta["key"]
 
 
-def test_stacked_seeds_each_log_their_own_wandb_run_and_tensorboard_events(tmp_path, corpus, wandb_offline):
+def test_stacked_seeds_each_log_their_own_wandb_run_and_tensorboard_events(tmp_path, corpus, wandb_runs):
     """Seeds trained as one stack (one process) each get their own W&B run and event files."""
     from reslab.train.stacked import train_stacked
 
@@ -856,9 +866,10 @@ def test_stacked_seeds_each_log_their_own_wandb_run_and_tensorboard_events(tmp_p
     cfgs = [tiny_config(corpus, tmp_path / "c", **{**over, "train.seed": s}) for s in (1, 2)]
     outs = [tmp_path / "seed1", tmp_path / "seed2"]
     train_stacked(cfgs, outs, log=_quiet)
+    assert sorted(r.id for r in wandb_runs) == ["seed1", "seed2"]  # one W&B run per seed
     for out in outs:
         rows = _metric_rows(out)
-        (run,) = _wandb_offline_runs(out)
-        assert run["id"] == out.name and run["exit_code"] == 0
-        assert run["history"] == _history_from_metrics(rows)
+        (run,) = [r for r in wandb_runs if r.id == out.name]
+        assert run.exit_code == 0 and run.history == _history_from_metrics(rows)
+        _assert_offline_run_written(run, out)
         _assert_same_series(_tensorboard_scalars(out / "tensorboard"), _scalar_series(rows))
