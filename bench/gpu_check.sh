@@ -25,8 +25,8 @@
 #          study at --scale smoke with 1 seed and 6 updates per run); about a minute on 2 cores.
 # --export DIR: copy at most 8 files into DIR afterwards (summary.txt, machine.txt, bench_gpu.json,
 #          bench_gpu.log, stacked.json, stacked.log, study_report.md, and gpu_check.tar.gz with every
-#          log, JSON and run folder of OUT_DIR except checkpoints): the device tool's $OUT brings
-#          back at most 8 files, 2 folders deep, so give OUT_DIR outside $OUT and --export "$OUT".
+#          log, JSON and run folder of OUT_DIR except checkpoints), for a remote runner that copies
+#          back only a few files from one folder: give OUT_DIR outside that folder and --export it.
 #
 # Environment (all optional):
 #   PYTHON                  interpreter (default: python, else python3)
@@ -37,8 +37,8 @@
 #   GPU_CHECK_STUDY_SET     extra KEY=VALUE overrides for every study run, separated by spaces
 #   GPU_CHECK_BENCH_ARGS    extra arguments for bench_gpu.py, separated by spaces
 # TinyShakespeare: the study reads it from data.path, $RESLAB_DATA_DIR, the cache, or
-# shared/data/tinyshakespeare/input.txt in the repository or a folder above it; the device machine
-# has no network, so bring the file along (machine.txt says whether it was found). When no local copy
+# shared/data/tinyshakespeare/input.txt in the repository or a folder above it; on a GPU machine
+# without network, bring the file along (machine.txt says whether it was found). When no local copy
 # exists the study runs with data.download=false (fail fast instead of waiting for the network).
 
 set -uo pipefail

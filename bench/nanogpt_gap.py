@@ -30,8 +30,8 @@ wall times and their ratio; the means, the difference reslab - nanoGPT with its 
 p-value, the median wall-time ratio. Saved: <scratch>/nanogpt_gap.json (and --json).
 
 Usage:
-    python bench/nanogpt_gap.py --seeds 5 --scratch /tmp/nanogpt_gap          (~20-30 min on 2 cores)
-    python bench/nanogpt_gap.py --seeds 2 --steps 20 --scratch /tmp/gap_smoke  (a smoke test)
+    python bench/nanogpt_gap.py --nanogpt PATH/TO/nanoGPT --seeds 5             (~20-30 min on 2 cores)
+    python bench/nanogpt_gap.py --nanogpt PATH/TO/nanoGPT --seeds 2 --steps 20  (a smoke test)
 A seed whose two runs are both finished in the scratch folder is not rerun (--fresh reruns all);
 timings are only ever compared within one pair, taken back to back.
 """
@@ -48,13 +48,14 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
-DEFAULT_INPUT = Path("/work/shared/data/tinyshakespeare/input.txt")
-DEFAULT_NANOGPT = Path("/work/.mirror/karpathy+nanoGPT/repo")  # what `fetch github:karpathy/nanoGPT` gives
+# The project's data sits beside the checkout (../shared/data), as the corpus lookup expects.
+DEFAULT_INPUT = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
 NANOGPT_FLAGS = ["--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1",
                  "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
@@ -293,9 +294,10 @@ def parse_args(argv=None):
     p.add_argument("--first", type=int, default=1, help="first seed offset k (seed = 1337 + k)")
     p.add_argument("--steps", type=int, default=2000, help="updates per run (2000: nanoGPT's CPU run)")
     p.add_argument("--threads", type=int, default=2, help="torch threads of every run")
-    p.add_argument("--scratch", type=Path, default=Path("/tmp/nanogpt_gap"), help="scratch folder")
-    p.add_argument("--nanogpt", type=Path, default=DEFAULT_NANOGPT,
-                   help="nanoGPT: a bare git dir (the fetch tool's mirror) or a checkout")
+    p.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "nanogpt_gap",
+                   help="scratch folder (default: nanogpt_gap in the system's temporary folder)")
+    p.add_argument("--nanogpt", type=Path, required=True,
+                   help="nanoGPT: a checkout of karpathy/nanoGPT, or a bare git directory of it")
     p.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="TinyShakespeare input.txt")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--fresh", action="store_true", help="rerun seeds already finished in the scratch folder")

@@ -424,10 +424,10 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("RESLAB_DEBUG", "") not in ("", "0")
     try:
-        from .plugins import add_to_environment, load_plugins, take_plugin_flags
+        from .plugins import add_to_environment, env_modules, load_plugins, take_plugin_flags
 
         argv, modules = take_plugin_flags(list(sys.argv[1:] if argv is None else argv))
-        if modules:
+        if modules or env_modules():  # named by the user: one that cannot be imported stops every verb
             load_plugins(modules)
             add_to_environment(modules)  # sweep workers, started in fresh processes, load them too
         args = _parser().parse_args(argv)
