@@ -1,10 +1,12 @@
 """The docs' study sections, written from the reports (never by hand).
 
     python bench/study_docs.py STORE_OR_OUT [--docs docs/studies.md] [--readme FILE]
-                               [--figures docs/studies]
+                               [--figures docs/studies] [--status README.md]
 
-The studies live in docs/studies.md; --readme FILE also rewrites the marked region of another file
-(the README kept them until issue 16 made it short).
+The studies live in docs/studies.md; --readme FILE also writes them into the marked region of another
+file. --status README.md rewrites the README's status line (between `<!-- status:begin -->` and
+`<!-- status:end -->`): how many built-in studies have a result report and how many of their
+published claims are reproduced, not reproduced or inconclusive, linking to the tables below.
 
 STORE_OR_OUT is a results store (it holds reports/) or the OUT folder of `bash bench/run_studies.sh
 OUT` (OUT/store/reports/ and OUT/walls.tsv). Every <store>/reports/*/report.json is read; each
@@ -200,26 +202,26 @@ def builtin_studies() -> dict[str, object]:
 
 
 # ---- the target files ------------------------------------------------------------------------------
-def split_target(path: Path) -> tuple[str, str, str]:
+def split_target(path: Path, begin: str = BEGIN, end: str = END) -> tuple[str, str, str]:
     """(text up to and including the begin marker, the region, text from the end marker on)."""
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise Refuse(f"{path}: no such file; create it with the lines {BEGIN} and {END} where the "
-                     "study sections go") from None
+        raise Refuse(f"{path}: no such file; create it with the lines {begin} and {end} where the "
+                     "generated text goes") from None
     except (OSError, UnicodeDecodeError) as e:
         raise Refuse(f"{path}: cannot be read as UTF-8 text ({e})") from None
     # a marker is a line of its own, so prose that quotes one (`<!-- studies:begin -->`) is not one
-    begins = [m.start() for m in re.finditer(rf"^[ \t]*{re.escape(BEGIN)}[ \t]*\r?$", text, re.M)]
-    ends = [m.start() for m in re.finditer(rf"^[ \t]*{re.escape(END)}[ \t]*\r?$", text, re.M)]
+    begins = [m.start() for m in re.finditer(rf"^[ \t]*{re.escape(begin)}[ \t]*\r?$", text, re.M)]
+    ends = [m.start() for m in re.finditer(rf"^[ \t]*{re.escape(end)}[ \t]*\r?$", text, re.M)]
     if not begins or not ends:
-        raise Refuse(f"{path}: the markers {BEGIN} and {END} are missing (each on a line of its own); add "
-                     "them where the study sections go (nothing written)")
+        raise Refuse(f"{path}: the markers {begin} and {end} are missing (each on a line of its own); add "
+                     "them where the generated text goes (nothing written)")
     if len(begins) > 1 or len(ends) > 1:
         raise Refuse(f"{path}: the marker lines must appear once each (found {len(begins)} begin, {len(ends)} end)")
-    b, e = text.index(BEGIN, begins[0]) + len(BEGIN), text.index(END, ends[0])
+    b, e = text.index(begin, begins[0]) + len(begin), text.index(end, ends[0])
     if e < b:
-        raise Refuse(f"{path}: {END} comes before {BEGIN}")
+        raise Refuse(f"{path}: {end} comes before {begin}")
     return text[:b], text[b:e], text[e:]
 
 
@@ -443,10 +445,9 @@ def section(name: str, reports: list, builtin: bool, study, level: int, walls: d
     return "\n\n".join(parts)
 
 
-def glance(found: dict, names: list, level: int, kept: dict | None = None) -> str:
-    """Every verdict of the studies' first-scale reports in one table, with the counts: which published
-    findings this scale reproduced, contradicted or left open (each study's section has the reasons).
-    A kept section's rows (kept_sections) are kept as they were."""
+def glance_rows(found: dict, names: list, kept: dict | None = None) -> tuple[list[list[str]], dict[str, int]]:
+    """The verdicts table's rows (the studies' first-scale reports, and a kept section's rows as they
+    were: kept_sections) and how many claims each verdict has."""
     from reslab.report.claims import estimate_text, interval_text, p_text, verdict_text
 
     rows, count, kept = [], {}, kept or {}
@@ -464,14 +465,40 @@ def glance(found: dict, names: list, level: int, kept: dict | None = None) -> st
                 verdict = cells[2].split(" (")[0]
                 count[verdict] = count.get(verdict, 0) + 1
                 rows.append(cells)
+    return rows, count
+
+
+def counts_text(count: dict[str, int]) -> str:
+    """'14 reproduced, 9 not reproduced, ...': the three verdicts first, then any other (not tested)."""
     order = ["reproduced", "not reproduced", "inconclusive"]
-    counts = ", ".join(f"{count[v]} {v}" for v in order + sorted(set(count) - set(order)) if count.get(v))
+    return ", ".join(f"{count[v]} {v}" for v in order + sorted(set(count) - set(order)) if count.get(v))
+
+
+def glance(found: dict, names: list, level: int, kept: dict | None = None) -> str:
+    """Every verdict of the studies' first-scale reports in one table, with the counts: which published
+    findings this scale reproduced, contradicted or left open (each study's section has the reasons)."""
+    rows, count = glance_rows(found, names, kept)
     return "\n\n".join([f"{'#' * level} Verdicts at a glance",
                          (f"{len(rows)} published claims were tested" if len(rows) != 1 else
-                          "1 published claim was tested") + f": {counts}. Each study's section below "
+                          "1 published claim was tested") + f": {counts_text(count)}. Each study's section below "
                          "gives the reasons, the sources and the rows they rest on.",
                          md_table(["study", "claim", "verdict", "estimate", "95% interval", "p (Holm)"], rows,
                                   "lllrrr")])
+
+
+STATUS_BEGIN, STATUS_END = "<!-- status:begin -->", "<!-- status:end -->"
+
+
+def status_line(found: dict, names: list, docs_link: str) -> str:
+    """The README's one line on where the studies stand, linking to the tables it counts from."""
+    rows, count = glance_rows(found, names)
+    studies = sum(1 for n in names if found.get(n))
+    scales = sorted({r["spec"].get("scale") or "" for n in names for _, r in found.get(n, [])[:1]} - {""})
+    at = f" at the {' and '.join(scales)} scale{'s' if len(scales) > 1 else ''}" if scales else ""
+    return (f"**Status** (written by `bench/study_docs.py` from the reports): {studies} of {len(names)} built-in "
+            f"studies have a result report{at}; their {len(rows)} published claims: {counts_text(count)} "
+            f"([every verdict]({docs_link}#verdicts-at-a-glance), "
+            f"[the scale's rules checked]({docs_link}#the-cpu-scales-rules-at-a-glance)).")
 
 
 QUICK_MINUTES, MAX_MINUTES = 15, 60   # the cpu scale's time rule: most studies within 15 min, none over 60
@@ -653,7 +680,10 @@ def write_bytes(path: Path, data: bytes) -> None:
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("store", type=Path, help="a results store, or the OUT folder of bench/run_studies.sh")
-    parser.add_argument("--readme", type=Path, default=None, help="another file with the markers to rewrite")
+    parser.add_argument("--readme", type=Path, default=None, help="another file with the studies markers to rewrite")
+    parser.add_argument("--status", type=Path, default=None,
+                        help=f"a file whose status line (between {STATUS_BEGIN} and {STATUS_END}) is rewritten, "
+                             "e.g. README.md")
     parser.add_argument("--docs", type=Path, default=Path("docs/studies.md"))
     parser.add_argument("--figures", type=Path, default=Path("docs/studies"),
                         help="where the reports' figures are copied for the links (default docs/studies)")
@@ -679,12 +709,19 @@ def run(argv: list[str] | None = None) -> int:
     copies: dict[Path, Path] = {}
     texts = [(t, head + render_region(found, studies, walls, level, args.figures, t, notes, copies, kept) + tail)
              for t, head, tail, notes, level, kept in plans]
+    if args.status is not None:  # checked with the others, before anything is written
+        head, _, tail = split_target(args.status, STATUS_BEGIN, STATUS_END)
+        link = Path(os.path.relpath(args.docs, args.status.parent)).as_posix()
+        texts.append((args.status, f"{head}\n{status_line(found, list(studies), link)}\n{tail}"))
     for dest, src in copies.items():
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
     archive_reports(found, walls, archive)
     for target, text in texts:
         write_bytes(target, text.encode("utf-8"))
+        if target == args.status:
+            print(f"wrote {target}: its status line")
+            continue
         shown = len(found)
         kept = sum(1 for n in plans[0][5] if n not in found) if plans else 0
         print(f"wrote {target}: {shown} stud{'y' if shown == 1 else 'ies'} with reports"
