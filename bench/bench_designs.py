@@ -52,14 +52,14 @@ EXTRAS = {
     "sas-p (norm_free)": ("sas-p", {"norm_free": True}),
     "pre-ln + prores linear": ("pre-ln", {"prores": "linear"}),
     "pre-ln attn-only": ("pre-ln", {"ffn_res": False}),
-    # Zoo II options (issue 9)
+    # learned scales, reordered norm, gated residual, hyper-connections, nGPT
     "pre-ln + dyt": ("pre-ln", {"norm": "dyt"}),
     "pre-ln + skip & branch scales": ("pre-ln", {"skip_scale": "channel", "branch_scale": "channel"}),
     "pre-ln + value residual": ("pre-ln", {"value_residual": True}),
     "pre-ln + residual attention": ("pre-ln", {"residual_attention": True}),
     "hyper-connections (dynamic)": ("hyper-connections", {"hyper_dynamic": True}),
     "hyper-connections (mHC)": ("hyper-connections", {"hyper_mixing": "sinkhorn", "hyper_dynamic": True}),
-    # Zoo III (issue 17); bench/bench_depth_memory.py measures their memory against depth
+    # mixing across depth, the parallel block, the speedruns' skips; bench/bench_depth_memory.py measures their memory against depth
     "parallel (shared norm)": ("parallel", {"options": {"shared_norm": True}}),
     "denseformer (dilation 2)": ("denseformer", {"options": {"dilation": 2}}),
     "attn-res (block of 2 layers)": ("attn-res", {"options": {"block_layers": 2}}),

@@ -521,7 +521,7 @@ def _tuning_runs(report: dict) -> int:
 
 # The fewest runs the cpu scale's rules allow a study: every compared row on MIN_SEEDS seeds, and a row
 # tuned over [tune] needs MIN_TUNE_VALUES rates on one tuning seed (two rates cannot place an interior
-# best); an lr sweep (lr-sensitivity) needs SWEEP_VALUES rates (issue 15: at least 6) per design.
+# best); an lr sweep (lr-sensitivity) needs SWEEP_VALUES rates (the cpu scale's rule: at least 6) per design.
 MIN_SEEDS, MIN_TUNE_VALUES, SWEEP_VALUES = 3, 3, 6
 
 
