@@ -33,3 +33,13 @@ def curves(run_dir: Path) -> list[tuple]:
     """Every metrics row as (step, train_loss or None, val_loss or None), in file order."""
     rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r.get("train_loss"), r.get("val_loss")) for r in rows]
+
+
+def assert_same_curves(ours: list[tuple], ref: list[tuple], rel: float) -> None:
+    """Two curves() row by row: the same steps with the same losses present, each loss within rel."""
+    import pytest
+
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a[0] == b[0] and [v is None for v in a] == [v is None for v in b], (a, b)
+        assert [v for v in a[1:] if v is not None] == pytest.approx([v for v in b[1:] if v is not None], rel=rel), (a, b)
