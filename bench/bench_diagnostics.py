@@ -36,7 +36,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from reslab.cli import read_toml  # noqa: E402
+from reslab.fileio import read_toml  # noqa: E402
 from reslab.diagnostics import collector  # noqa: E402
 from reslab.train import loop  # noqa: E402
 from reslab.train.config import build_run_config, preset_path  # noqa: E402

@@ -62,7 +62,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # reference_gpt
 
 import reslab  # noqa: E402
-from reslab.cli import read_toml  # noqa: E402
+from reslab.fileio import read_toml  # noqa: E402
 from reslab.data import DataConfig, prepare_dataset  # noqa: E402
 from reslab.data.batches import TrainBatches  # noqa: E402
 from reslab.errors import ReslabError  # noqa: E402
