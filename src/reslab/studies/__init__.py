@@ -11,7 +11,7 @@ from ..errors import ReslabError
 STUDY_DIR = Path(__file__).resolve().parent
 ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
          "depth-scaling", "lr-sensitivity", "depth-mixing", "speedrun-skips")
-# the source studies' order (000 ... 004), then the cross-cutting ones, then Zoo III's
+# the source studies' order (000 ... 004), then the cross-cutting ones, then the mixing across depth and the speedruns' skips
 
 
 def study_names() -> list[str]:
