@@ -67,6 +67,7 @@ from reslab.data import DataConfig, prepare_dataset  # noqa: E402
 from reslab.data.batches import TrainBatches  # noqa: E402
 from reslab.errors import ReslabError  # noqa: E402
 from reslab.train import loop as engine_loop  # noqa: E402
+from reslab.train import single as engine_single  # noqa: E402
 from reslab.train.config import build_run_config, preset_path  # noqa: E402
 from reslab.train.determinism import derive_seed  # noqa: E402
 from reslab.train.optim import build_optimizer, learning_rate  # noqa: E402
@@ -144,7 +145,7 @@ def instrumented_engine():
     call and nothing else."""
     rec = {"rows": [], "evaluate": [], "checkpoint": [], "evaluate_start": []}
     orig_log = RunFolder.log
-    orig_eval, orig_save, orig_best = engine_loop.evaluate, engine_loop.save_checkpoint, engine_loop.save_best
+    orig_eval, orig_save, orig_best = engine_single.evaluate, engine_single.save_checkpoint, engine_single.save_best
 
     def timed_log(self, row):
         rec["rows"].append((time.perf_counter(), time.process_time(), row))
@@ -161,14 +162,14 @@ def instrumented_engine():
         return wrapped
 
     RunFolder.log = timed_log
-    engine_loop.evaluate = timer(orig_eval, "evaluate")
-    engine_loop.save_checkpoint = timer(orig_save, "checkpoint")
-    engine_loop.save_best = timer(orig_best, "checkpoint")
+    engine_single.evaluate = timer(orig_eval, "evaluate")
+    engine_single.save_checkpoint = timer(orig_save, "checkpoint")
+    engine_single.save_best = timer(orig_best, "checkpoint")
     try:
         yield rec
     finally:
         RunFolder.log = orig_log
-        engine_loop.evaluate, engine_loop.save_checkpoint, engine_loop.save_best = orig_eval, orig_save, orig_best
+        engine_single.evaluate, engine_single.save_checkpoint, engine_single.save_best = orig_eval, orig_save, orig_best
 
 
 def run_engine(cfg, out: Path, skip: int, tokens_per_step: int) -> dict:

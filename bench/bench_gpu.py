@@ -12,7 +12,7 @@ and reports
     compile s    first update's wall time minus the median step time
     recompiles   new dynamo graphs / frame compilations during the timed updates (must be 0)
 
-One update is the trainer's (reslab/train/loop.py `_update` with grad_accum = 1): model.set_step(t)
+One update is the trainer's (reslab/train/single.py `SingleEngine.update` with grad_accum = 1): model.set_step(t)
 (ProRes alpha(l, t), a buffer), the lr of the trainer's schedule written into the param groups,
 forward under bf16 autocast, backward, global-norm clip at 1.0, fused AdamW built by
 reslab.train.optim.build_optimizer (the trainer's optimizer), zero_grad(set_to_none=True). On CUDA

@@ -36,8 +36,7 @@ import torch
 from reslab.data import prepare_dataset
 from reslab.fileio import read_toml
 from reslab.train.config import build_run_config, preset_path
-from reslab.train.loop import train
-from reslab.train.stacked import train_stacked
+from reslab.train.loop import train, train_stacked
 from reslab.typed import deep_merge
 
 

@@ -17,9 +17,8 @@ import torch
 
 from reslab.fileio import write_json
 from reslab.train.config import build_run_config
-from reslab.train.loop import train
+from reslab.train.loop import train, train_stacked
 from reslab.train.run_folder import RunFolder
-from reslab.train.stacked import train_stacked
 from tests.train_helpers import tiny_run, write_corpus
 
 GOLDEN = Path(__file__).parent / "golden" / "engine_runs.json"

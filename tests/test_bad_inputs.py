@@ -241,7 +241,7 @@ def test_compile_without_a_compiler_is_one_line_before_training(lab, tmp_path, m
 
 def test_the_compiler_check_finds_a_compiler_on_path(tmp_path, monkeypatch):
     """The check looks where inductor looks: a g++ on PATH (here a stub) or $CXX satisfies it."""
-    from reslab.train.loop import compiler_problem
+    from reslab.train.runtime import compiler_problem
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

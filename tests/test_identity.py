@@ -15,7 +15,7 @@ from reslab.sweep.runner import run_sweep
 from reslab.sweep.spec import expand, parse_spec, run_identity
 from reslab.sweep.store import Store
 from reslab.train import checkpoint as checkpoint_module
-from reslab.train import loop as loop_module
+from reslab.train import single as single_module
 from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical
 from reslab.train.identity_defaults import BASELINE
 from reslab.train.loop import train
@@ -131,7 +131,7 @@ def test_a_field_added_later_at_its_default_resumes_an_old_interrupted_run(tmp_p
         if step == 8:
             raise Crash  # the process dies right after its second checkpoint
 
-    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(single_module, "save_checkpoint", save_then_crash)
     old = tmp_path / "old"
     with pytest.raises(Crash):
         train(cfg, old, log=lambda *_: None)

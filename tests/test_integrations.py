@@ -859,7 +859,7 @@ def test_hf_corpus_local_folder_read_by_datasets_is_prepared_again_when_its_file
 
 def test_stacked_seeds_each_log_their_own_wandb_run_and_tensorboard_events(tmp_path, corpus, wandb_runs):
     """Seeds trained as one stack (one process) each get their own W&B run and event files."""
-    from reslab.train.stacked import train_stacked
+    from reslab.train.loop import train_stacked
 
     over = {"train.wandb": True, "train.tensorboard": True, "train.steps": 6, "train.eval_interval": 3,
             "model.dropout": 0.0}

@@ -15,14 +15,8 @@ from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
 from reslab.model.registry import DESIGNS
 from reslab.train import stacked as stacked_mod
-from reslab.train.loop import train
-from reslab.train.stacked import (
-    clip_per_seed,
-    member_view,
-    stack_key,
-    stack_parameters,
-    train_stacked,
-)
+from reslab.train.loop import train, train_stacked
+from reslab.train.stacked import clip_per_seed, member_view, stack_key, stack_parameters
 
 from .conftest import CPU_ONLY_FALLBACK, slow_vmap_ops
 from .train_helpers import tiny_config, train_losses, val_losses, write_corpus

@@ -11,9 +11,8 @@ from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
 from reslab.model.registry import resolve
 from reslab.model.stochastic_depth import drop_rates, keep_factors
-from reslab.train import loop as loop_mod
-from reslab.train.loop import train
-from reslab.train.stacked import train_stacked
+from reslab.train import single as single_mod
+from reslab.train.loop import train, train_stacked
 
 from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
 
@@ -93,7 +92,7 @@ def test_a_killed_run_resumes_with_the_same_dropped_layers(tmp_path, monkeypatch
     cfg = tiny_config(corpus, tmp_path / "cache", **{"model.dropout": 0.0, "model.n_layer": 4,
                                                      "model.stochastic_depth": 0.5})
     train(cfg, tmp_path / "whole", **QUIET)
-    real_save = loop_mod.save_checkpoint
+    real_save = single_mod.save_checkpoint
 
     def crash_after_step_10(*args, **kwargs):
         out = real_save(*args, **kwargs)
@@ -101,10 +100,10 @@ def test_a_killed_run_resumes_with_the_same_dropped_layers(tmp_path, monkeypatch
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(loop_mod, "save_checkpoint", crash_after_step_10)
+    monkeypatch.setattr(single_mod, "save_checkpoint", crash_after_step_10)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "resumed", **QUIET)
-    monkeypatch.setattr(loop_mod, "save_checkpoint", real_save)
+    monkeypatch.setattr(single_mod, "save_checkpoint", real_save)
     assert max(train_losses(tmp_path / "resumed")) == 10
     train(cfg, tmp_path / "resumed", **QUIET)
     assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "whole")

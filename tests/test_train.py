@@ -97,15 +97,15 @@ def test_fixed_eval_batches_are_identical_every_time_and_across_configs():
 
 def test_fixed_eval_gives_the_same_val_batches_to_every_design(tmp_path, corpus, monkeypatch):
     seen = []
-    import reslab.train.loop as loop
+    import reslab.train.single as single
 
-    real = loop.evaluate
+    real = single.evaluate
 
     def spy(model, batches, device, autocast):
         seen.append(torch.cat([x for x, _ in batches]))
         return real(model, batches, device, autocast)
 
-    monkeypatch.setattr(loop, "evaluate", spy)
+    monkeypatch.setattr(single, "evaluate", spy)
     for design, seed in (("pre-ln", 1), ("post-ln", 2), ("sas-p", 3)):
         train(tiny_config(corpus, tmp_path / "c", **{"model.design": design, "train.seed": seed,
                                                      "train.steps": 10}), tmp_path / design, log=lambda *_: None)
@@ -230,14 +230,14 @@ def test_sample_from_a_run_folder(tmp_path, corpus, capsys):
 
 
 def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, corpus, monkeypatch):
-    import reslab.train.loop as loop
+    import reslab.train.single as single
     from reslab import prores_alpha
 
     over = {"model.prores": "linear", "model.prores_warmup": 5, "model.n_layer": 3, "train.steps": 30,
             "train.checkpoint_interval": 10}
     whole = train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "whole", log=lambda *_: None)
 
-    real_save, saves = loop.save_checkpoint, []
+    real_save, saves = single.save_checkpoint, []
 
     def crash_after_second(*args, **kwargs):
         real_save(*args, **kwargs)
@@ -245,10 +245,10 @@ def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, cor
         if len(saves) == 2:
             raise KeyboardInterrupt  # as if killed right after the checkpoint at step 20
 
-    monkeypatch.setattr(loop, "save_checkpoint", crash_after_second)
+    monkeypatch.setattr(single, "save_checkpoint", crash_after_second)
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    monkeypatch.setattr(single, "save_checkpoint", real_save)
     train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
     assert _losses(tmp_path / "cut") == _losses(whole.path)
 
@@ -296,23 +296,24 @@ def test_the_run_records_the_arithmetic_and_a_resume_that_changes_it(tmp_path, c
     computed another way (here: other threads, as a different --jobs would give) adds an entry from
     its first update, because the same config then trains other numbers (the reduction order)."""
     import reslab.train.loop as loop
+    import reslab.train.single as single
     from reslab.train.determinism import record_arithmetic
 
     over = {"train.steps": 20, "train.checkpoint_interval": 10, "train.threads": 1}
-    real_save, saves = loop.save_checkpoint, []
+    real_save, saves = single.save_checkpoint, []
 
     def crash_after_first(*args, **kwargs):
         real_save(*args, **kwargs)
         saves.append(args[1])
         raise KeyboardInterrupt  # killed right after the checkpoint at step 10
 
-    monkeypatch.setattr(loop, "save_checkpoint", crash_after_first)
+    monkeypatch.setattr(single, "save_checkpoint", crash_after_first)
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "run", log=lambda *_: None)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["arithmetic"] == [{"from_step": 0, "torch": torch.__version__, "threads": 1,
                                      "cpu_capability": torch.backends.cpu.get_cpu_capability()}]
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    monkeypatch.setattr(single, "save_checkpoint", real_save)
     real = loop.arithmetic
     monkeypatch.setattr(loop, "arithmetic", lambda device: dict(real(device), threads=7))
     train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "run", log=lambda *_: None)

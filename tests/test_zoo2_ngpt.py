@@ -24,8 +24,7 @@ from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
 from reslab.model.io import load_model
 from reslab.train.determinism import derive_seed
-from reslab.train.loop import train
-from reslab.train.stacked import train_stacked
+from reslab.train.loop import train, train_stacked
 
 from .conftest import meta_built
 from .test_block_formulas import (

@@ -388,8 +388,7 @@ def _losses(run: Path) -> dict:
 
 
 def _stacked(name, opts, *, tmp_dir: Path, **_):
-    from .train.loop import train
-    from .train.stacked import train_stacked
+    from .train.loop import train, train_stacked
 
     folder = tmp_dir / f"kit-stacked-{name}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ def check_runs(runs, local: bool) -> None:
     run: their data files and cache (prepared here, before the workers start) and, for local
     workers, what this machine must offer (a CUDA device, bf16 autocast, a compiler for
     train.compile; Slurm runs are checked on their own machines)."""
-    from ..train.loop import preflight
+    from ..train.runtime import preflight
 
     seen = set()
     for run in runs:

@@ -20,9 +20,8 @@ def run(*run_dirs: str | Path) -> int:
     from ..errors import ReslabError
     from ..fileio import read_json
     from ..train.config import build_run_config
-    from ..train.loop import train
+    from ..train.loop import train, train_stacked
     from ..train.run_folder import FolderBusy, RunFolder
-    from ..train.stacked import train_stacked
 
     run_dirs = [Path(d) for d in run_dirs]
     threads = os.environ.get("RESLAB_THREADS")
