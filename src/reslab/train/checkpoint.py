@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import errno
 import json
 import math
 import os
@@ -123,23 +125,54 @@ def check_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict, whe
                               f"of shape {tuple(value.shape)}")
 
 
+# A full disk is the machine's state, not a fault in reslab. Python reports it as OSError(ENOSPC) (or
+# EDQUOT, a quota), safetensors as a SafetensorError whose text carries the system's message.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(e: BaseException) -> int | None:
+    """The errno of a full disk behind `e`, or None."""
+    if isinstance(e, OSError):
+        return e.errno if e.errno in DISK_FULL else None
+    if isinstance(e, SafetensorError):
+        return next((n for n in DISK_FULL if os.strerror(n) in str(e)), None)
+    return None
+
+
+@contextlib.contextmanager
+def _disk_full_is_one_line(what: str, target: Path, partial: Path):
+    """A full disk while saving `target` is one ReslabError naming it and the cause; `partial` (what
+    was half written) is removed, so the space comes back and the run resumes from its last
+    complete checkpoint."""
+    try:
+        yield
+    except (OSError, SafetensorError) as e:
+        code = _disk_full(e)
+        if code is None:
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ReslabError(f"{target}: cannot save {what}: {os.strerror(code)}; free some space, then run the "
+                          "same command again: it resumes from the last complete checkpoint") from None
+
+
 def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, state: dict, keep: int,
                     gathered: tuple | None = None, member: int | None = None) -> Path:
     """gathered: (model state dict, optimizer tensors) of a sharded model, collected on every rank.
     member: the seed whose optimizer slice to save, when the optimizer holds stacked seeds."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / _folder_name(STEP_PREFIX, step)
     tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tmp, state=gathered[0] if gathered else None)
-    tensors, groups = optimizer_tensors(optimizer, member)
-    if gathered:
-        tensors = gathered[1]
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "state.json", dict(state, step=step, param_groups=groups))
-    if final.exists():  # the same step saved again (e.g. final step == an interval step)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with _disk_full_is_one_line(f"the checkpoint of step {step}", final, tmp):
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(model, tmp, state=gathered[0] if gathered else None)
+        tensors, groups = optimizer_tensors(optimizer, member)
+        if gathered:
+            tensors = gathered[1]
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        write_json(tmp / "state.json", dict(state, step=step, param_groups=groups))
+        if final.exists():  # the same step saved again (e.g. final step == an interval step)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
     _prune(ckpt_dir, keep)
     return final
 
@@ -162,9 +195,10 @@ def complete_checkpoints(ckpt_dir: Path) -> list[Path]:
 def save_best(ckpt_dir: Path, step: int, model, val_loss: float, state: dict | None = None) -> None:
     """Keep the model of the best evaluation so far apart from the rolling checkpoints."""
     folder = ckpt_dir / _folder_name(BEST_PREFIX, step)
-    save_model(model, folder, state=state)
-    previous = read_best(ckpt_dir)
-    write_json(ckpt_dir / "best.json", {"step": step, "val_loss": val_loss, "folder": folder.name})
+    with _disk_full_is_one_line(f"the best model (step {step})", folder, folder):
+        save_model(model, folder, state=state)
+        previous = read_best(ckpt_dir)
+        write_json(ckpt_dir / "best.json", {"step": step, "val_loss": val_loss, "folder": folder.name})
     if previous and previous["folder"] != folder.name:
         shutil.rmtree(ckpt_dir / previous["folder"], ignore_errors=True)
 
