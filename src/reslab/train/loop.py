@@ -60,16 +60,10 @@ def train(cfg: RunConfig, out: str | Path, log=print) -> RunResult:
 
 
 def _train(cfg: RunConfig, rt: Runtime, folder: RunFolder, log, data) -> RunResult:
-    d = rt.dist
-    cfg = _with_vocab(cfg, data)
-    run = _new_run(0, cfg, folder, data, writes=d.main)
-    resuming = folder.claim(cfg.to_dict()) if d.main else True
-    if d.main:
-        folder.save_tokenizer(data.tokenizer)
-    engine = SingleEngine(run, rt, resuming, log)
-    if engine.start >= cfg.train.steps and finished_result(folder):
-        return finished_result(folder)
-    return run_loop(engine, rt, data)[0]
+    run = _new_run(0, _with_vocab(cfg, data), folder, data, writes=rt.dist.main)
+    engine = SingleEngine(run, rt, _claim(run, data), log)
+    done = finished_result(folder) if engine.start >= cfg.train.steps else None
+    return done or run_loop(engine, rt, data)[0]
 
 
 def train_stacked(cfgs: list[RunConfig], outs: list[str | Path], log=print) -> list[RunResult]:
@@ -102,10 +96,7 @@ def _train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], rt: Runtime,
         data = prepare_data(cfgs[todo[0]], rt.dist, log)
         check_splits(cfgs[todo[0]], data)
         runs = [_new_run(k, _with_vocab(cfgs[i], data), folders[i], data) for k, i in enumerate(todo)]
-        resuming = [r.folder.claim(r.cfg.to_dict()) for r in runs]
-        for r in runs:
-            r.folder.save_tokenizer(data.tokenizer)
-        engine = StackedEngine(runs, rt, resuming, log)
+        engine = StackedEngine(runs, rt, [_claim(r, data) for r in runs], log)
         results.update(zip(todo, run_loop(engine, rt, data)))
     return [results[i] for i in range(len(cfgs))]
 
@@ -118,9 +109,17 @@ def _with_vocab(cfg: RunConfig, data) -> RunConfig:
 
 
 def _new_run(k: int, cfg: RunConfig, folder: RunFolder, data, writes: bool = True) -> Run:
-    t_cfg = cfg.train
-    batches = TrainBatches(data.train, t_cfg.batch_size, cfg.model.block_size, Seeds.of(cfg).data)
+    batches = TrainBatches(data.train, cfg.train.batch_size, cfg.model.block_size, Seeds.of(cfg).data)
     return Run(k, cfg, folder, batches, writes=writes)
+
+
+def _claim(run: Run, data) -> bool:
+    """Write config.json and the tokenizer, or check the folder holds this run; True: resume it."""
+    if not run.writes:
+        return True  # another rank claims the folder
+    resuming = run.folder.claim(run.cfg.to_dict())
+    run.folder.save_tokenizer(data.tokenizer)
+    return resuming
 
 
 # ---- the loop ---------------------------------------------------------------------------------------
