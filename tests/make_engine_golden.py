@@ -103,7 +103,8 @@ def main() -> None:
         stack = run_stack(Path(tmp))
     write_json(GOLDEN, {"what": "every logged train loss, grad norm and val loss of tiny runs "
                                 "(tests.make_engine_golden); steps are JSON keys",
-                        "torch": torch.__version__, "single": single, "stacked": stack})
+                        "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                        "single": single, "stacked": stack})
     print(f"wrote {GOLDEN}")
 
 

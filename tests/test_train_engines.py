@@ -12,6 +12,7 @@ import os
 
 import pytest
 import tomli_w
+import torch
 from safetensors import SafetensorError
 
 from reslab.cli import main
@@ -24,6 +25,14 @@ from tests.train_helpers import tiny_run, write_corpus
 
 GOLD = json.loads(GOLDEN.read_text())
 _KEYS = ("train_loss", "grad_norm", "val_loss")
+# Bit for bit holds on the arithmetic that recorded the file (docs/training.md, "What bit-exact
+# depends on"); elsewhere the same computation agrees to float32 rounding over 30 steps.
+SAME_ARITHMETIC = (GOLD["torch"], GOLD["cpu_capability"]) == (torch.__version__,
+                                                             torch.backends.cpu.get_cpu_capability())
+
+
+def _same(got: float, want: float) -> bool:
+    return got == want if SAME_ARITHMETIC else got == pytest.approx(want, rel=1e-4, abs=1e-5)
 
 
 def _jsonable(c: dict) -> dict:
@@ -38,7 +47,7 @@ def test_single_run_reproduces_its_golden_numbers_bit_for_bit(tmp_path, name):
     for key in _KEYS:
         assert list(got[key]) == list(want[key]), (name, key)
         diffs = [(step, got[key][step], want[key][step]) for step in want[key]
-                 if got[key][step] != want[key][step]]  # exact: the same arithmetic in the same order
+                 if not _same(got[key][step], want[key][step])]  # exact: the same arithmetic in the same order
         assert not diffs, (name, key, diffs[:3])
 
 
@@ -47,8 +56,10 @@ def test_stacked_seeds_match_their_golden_separate_runs(tmp_path):
     got = run_stack(tmp_path)
     for s in map(str, stack["seeds"]):
         stacked, separate = _jsonable(got["stacked"][s]), stack["separate"][s]
-        # the separate runs are single runs: exact
-        assert _jsonable(got["separate"][s]) == separate, s
+        # the separate runs are single runs, and the stack computes as it did: both exact
+        for mine, want in ((got["separate"][s], separate), (got["stacked"][s], stack["stacked"][s])):
+            mine = _jsonable(mine)
+            assert all(_same(mine[key][step], want[key][step]) for key in _KEYS for step in want[key]), s
         for key, rel, abs_ in (("train_loss", 1e-4, 1e-4), ("val_loss", 1e-4, 1e-4), ("grad_norm", 1e-3, 1e-4)):
             assert list(stacked[key]) == list(separate[key]), (s, key)
             for step, value in separate[key].items():
