@@ -32,10 +32,10 @@ from .optim import learning_rate
 from .run_folder import RunFolder
 from .runs import Run, RunResult, Seeds, finished_result, write_final_status
 from .runtime import Runtime, check_splits, prepare_data, preflight, runtime
-from .sinks import Sinks
-from .throughput import mfu
 from .single import SingleEngine
+from .sinks import Sinks
 from .stacked import StackedEngine, stack_refusal
+from .throughput import mfu
 
 
 # ---- entry points -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..data.batches import TrainBatches
 from ..diagnostics import Diagnostics, DiagnosticsFile, spike_score
+from ..model.gpt import GPT
 from .config import RunConfig
 from .determinism import derive_seed
 from .run_folder import RunFolder
@@ -45,7 +46,7 @@ class Run:
     folder: RunFolder
     batches: TrainBatches
     writes: bool = True                  # False on DDP/FSDP ranks other than 0: they compute, rank 0 writes
-    model: object = None                 # the run's model as an ordinary GPT (a member view when stacked)
+    model: GPT | None = None             # the run's model as an ordinary GPT (a member view when stacked)
     active: bool = True                  # False once finished or diverged
     status: str = "completed"
     diverged_at: int | None = None
