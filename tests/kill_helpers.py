@@ -55,13 +55,20 @@ def checkpoint_steps(folder: Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in ckpts.glob("step_*") if (p / "state.json").is_file())
 
 
-def writing_checkpoint(folder: Path) -> bool:
-    """A checkpoint is being written: its temporary folder exists."""
+def checkpoint_writes(folder: Path) -> set[str]:
+    """Names of the checkpoints' temporary folders: each is a write in progress, or one a killed
+    process left behind (the next process removes those when it locks the folder)."""
     ckpts = folder / "checkpoints"
     try:
-        return any(entry.name.startswith(".tmp-") for entry in os.scandir(ckpts))
+        return {entry.name for entry in os.scandir(ckpts) if entry.name.startswith(".tmp-")}
     except FileNotFoundError:
-        return False
+        return set()
+
+
+def writing_checkpoint(folder: Path, stale: set[str] = frozenset()) -> bool:
+    """A checkpoint is being written: a temporary folder exists that is not one of `stale` (left by
+    an earlier, killed process)."""
+    return bool(checkpoint_writes(folder) - stale)
 
 
 def status(folder: Path) -> str | None:

@@ -118,6 +118,40 @@ def test_reference_gpt_matches_reslab_pre_ln(bias, shape):
     assert shapes(reference) == shapes(model)
 
 
+def _reference_to_reslab_name(name: str) -> str:
+    """The reference's parameter name -> reslab's pre-ln name for the same tensor."""
+    for theirs, ours in (("layers.", "blocks."), (".ln_1.", ".norm1."), (".ln_2.", ".norm2."), (".attn.qkv.", ".attn.c_attn."),
+                         ("ln_f.", "stream.final_norm.")):
+        name = name.replace(theirs, ours)
+    return name
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_reference_gpt_computes_reslab_pre_ln_logits(bias):
+    """Equal parameter shapes do not make equal models (a post-LN or ReLU reference has the same
+    ones): the same weights, copied tensor by tensor, must give the same logits in float64. The
+    weights are drawn at random, biases and LayerNorm gains included, so none of them is an
+    identity the arithmetic could skip."""
+    ref = _reference_module()
+    shape = dict(n_layer=3, n_head=2, n_embd=32, block_size=16, vocab_size=50)
+    reference = ref.ReferenceGPT(ref.RefConfig(bias=bias, dropout=0.0, **shape)).double().eval()
+    model = reslab.build_model("pre-ln", bias=bias, tie_weights=True, dropout=0.0, **shape).double().eval()
+    g = torch.Generator().manual_seed(0)
+    ours = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3 + (1.0 if "ln" in name else 0.0))
+            ours.pop(_reference_to_reslab_name(name)).copy_(p)
+    assert not ours, f"reslab parameters with no counterpart in the reference: {sorted(ours)}"
+    assert model.lm_head.weight is model.wte.weight  # the tied head took the copied embedding
+    idx = torch.randint(0, shape["vocab_size"], (3, shape["block_size"]), generator=g)
+    with torch.no_grad():
+        expected, got = reference(idx), model(idx)
+    got = got[0] if isinstance(got, tuple) else got
+    assert got.dtype == torch.float64 and got.shape == expected.shape
+    assert (got - expected).abs().max().item() < 1e-10, (got - expected).abs().max().item()
+
+
 def test_reference_gpt_init_and_loss():
     ref = _reference_module()
     cfg = ref.RefConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65, bias=True)

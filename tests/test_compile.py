@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from reslab.model.gpt import GPT
 from reslab.train.loop import train
@@ -46,16 +47,32 @@ def test_prores_alpha_changes_do_not_recompile(schedule):
 
 
 @pytest.mark.skipif(not _compiler_available(), reason="no C++ compiler: inductor cannot compile on this CPU")
-def test_compiled_training_matches_eager(tmp_path):
-    """The trainer with train.compile = true (inductor) gives eager's loss curve within float tolerance."""
+def test_compiled_training_matches_eager(tmp_path, monkeypatch):
+    """The trainer with train.compile = true (inductor) gives eager's loss curve within float tolerance,
+    and it really compiled: equal numbers alone would also come from a trainer that ignores the flag."""
     torch._dynamo.reset()
     corpus = write_corpus(tmp_path)
     cfgs = {mode: tiny_config(corpus, tmp_path / "cache", **{"train.steps": 12, "train.eval_interval": 6,
                                                               "train.compile": mode == "compiled",
                                                               "model.dropout": 0.0})
             for mode in ("eager", "compiled")}
+    real_compile, compiled_modules = torch.compile, {}
+
+    def recording_compile(model, *args, **kwargs):
+        compiled_modules.setdefault(mode, []).append(model)  # `mode`: the run the loop below is in
+        return real_compile(model, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    graphs = {}
     for mode, cfg in cfgs.items():
+        counters.clear()
         train(cfg, tmp_path / mode, log=lambda *_: None)
+        graphs[mode] = counters["stats"]["unique_graphs"]  # graphs dynamo traced during this run
+    assert set(compiled_modules) == {"compiled"}, f"torch.compile was called in the runs {sorted(compiled_modules)}"
+    (model,) = compiled_modules["compiled"]  # the model, compiled once
+    assert isinstance(model, GPT), type(model)
+    # and the compiled module is the one trained: dynamo traced graphs in that run only
+    assert graphs["eager"] == 0 and graphs["compiled"] >= 1, graphs
     eager, compiled = train_losses(tmp_path / "eager"), train_losses(tmp_path / "compiled")
     assert sorted(eager) == sorted(compiled) == list(range(1, 13))
     for step in eager:

@@ -20,7 +20,7 @@ from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
 from reslab.train.config import build_run_config
 from reslab.train.loop import train
-from tests.train_helpers import tiny_run, train_losses, val_losses, write_corpus
+from tests.train_helpers import LogLines, curve_rows, resumed_steps, tiny_run, train_losses, val_losses, write_corpus
 from tests.kill_helpers import SAFETY_NET_S
 
 
@@ -260,7 +260,10 @@ def test_a_resume_keeps_diagnostics_whole(tmp_path, corpus, monkeypatch):
         train(_config(corpus, tmp_path / "c", diag, **over), tmp_path / "cut", log=quiet)
     assert [r["step"] for r in read_rows(tmp_path / "cut" / "diagnostics.jsonl")][-1] == 25
     monkeypatch.setattr(loop, "learning_rate", real_lr)
-    train(_config(corpus, tmp_path / "c", diag, **over), tmp_path / "cut", log=quiet)
+    log = LogLines()
+    train(_config(corpus, tmp_path / "c", diag, **over), tmp_path / "cut", log=log)
+    assert resumed_steps(log) == [20], log  # from the checkpoint, not a fresh start
+    assert curve_rows(tmp_path / "cut") == curve_rows(whole.path)  # metrics too: file order, no duplicates
 
     rows = read_rows(tmp_path / "cut" / "diagnostics.jsonl")
     assert [r["step"] for r in rows] == [0, 5, 10, 15, 20, 25, 30]  # no duplicates, none missing

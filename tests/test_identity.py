@@ -14,14 +14,14 @@ from reslab.cli import config_hash
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.spec import expand, parse_spec, run_identity
 from reslab.sweep.store import Store
-from reslab.train import checkpoint as checkpoint_module
-from reslab.train import single as single_module
+from reslab.train import loop as loop_module
 from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical
 from reslab.train.identity_defaults import BASELINE
 from reslab.train.loop import train
 from reslab.train.run_folder import RunFolder
 from tests.sweep_helpers import curves, spec_dict
-from tests.train_helpers import tiny_config, tiny_run, train_losses, write_corpus
+from tests.train_helpers import (LogLines, curve_rows, interrupt_before_update, resumed_steps, tiny_config, tiny_run,
+                                 train_curve, write_corpus)
 
 
 def _leaves(tree: dict, prefix: str = "") -> dict:
@@ -121,29 +121,23 @@ def test_a_field_added_later_at_its_default_resumes_an_old_interrupted_run(tmp_p
     reference = train(cfg, tmp_path / "reference", log=lambda *_: None)
     assert reference.status == "completed"
 
-    class Crash(Exception):
-        pass
-
-    real_save = checkpoint_module.save_checkpoint
-
-    def save_then_crash(ckpt_dir, step, *args, **kw):
-        real_save(ckpt_dir, step, *args, **kw)
-        if step == 8:
-            raise Crash  # the process dies right after its second checkpoint
-
-    monkeypatch.setattr(single_module, "save_checkpoint", save_then_crash)
+    # the process dies two updates after its second checkpoint (8): rows 9 and 10 are written
+    interrupt_before_update(monkeypatch, loop_module, 10)
     old = tmp_path / "old"
-    with pytest.raises(Crash):
+    with pytest.raises(KeyboardInterrupt):
         train(cfg, old, log=lambda *_: None)
     monkeypatch.undo()
+    assert train_curve(old)[-1][0] == 10
     written = json.loads((old / "config.json").read_text())
     assert written["config"]["model"].pop("value_residual") is False  # as an older reslab wrote it
     (old / "config.json").write_text(json.dumps(written))
 
     assert RunFolder(old).claim(cfg.to_dict()) is True
-    resumed = train(cfg, old, log=lambda *_: None)
+    log = LogLines()
+    resumed = train(cfg, old, log=log)
     assert resumed.status == "completed"
-    assert train_losses(old) == train_losses(tmp_path / "reference")
-    assert sorted(train_losses(old)) == list(range(1, 13))
+    assert resumed_steps(log) == [8], log  # it resumed, rather than silently training again from 0
+    assert curve_rows(old) == curve_rows(tmp_path / "reference")  # file order: no row twice, none lost
+    assert [step for step, _ in train_curve(old)] == list(range(1, 13))
     # and the identity the sweep would give it is the one it had
     assert run_identity(build_run_config(tiny_run(corpus, tmp_path / "cache", **overrides))) == run_identity(cfg)

@@ -1,11 +1,13 @@
 """Exact resume after SIGKILL at drawn points of one run: after a step, right after a checkpoint,
 and while a checkpoint is being written. Every kill is triggered by what the run folder shows and
-checked to have landed where it was meant to; the final curve is bit-identical to an
-uninterrupted run's."""
+checked to have landed where it was meant to; every relaunch says it resumed from the newest
+complete checkpoint (a silent restart from step 0 would give the same curve), and the final
+metrics.jsonl is, row by row in file order, bit-identical to an uninterrupted run's."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -14,8 +16,9 @@ from pathlib import Path
 
 import tomli_w
 
-from tests.kill_helpers import checkpoint_steps, kill_seed, last_step, status, wait_until, writing_checkpoint
-from tests.train_helpers import tiny_run, train_losses, val_losses, write_corpus
+from tests.kill_helpers import (checkpoint_steps, checkpoint_writes, kill_seed, last_step, status, wait_until,
+                                writing_checkpoint)
+from tests.train_helpers import curve_rows, resumed_steps, tiny_run, train_curve, write_corpus
 
 STEPS = 96
 MARGIN = 16              # steps left after a kill point, so a starved test process still kills in time
@@ -26,6 +29,21 @@ WRITE_ATTEMPTS = 8        # tries to catch a write in progress before the test g
 
 def _train_cmd(cfg_file: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "reslab.cli", "train", str(cfg_file), "--out", str(out)]
+
+
+def _launch(cfg_file: Path, run: Path, log: Path) -> subprocess.Popen:
+    """Start a trainer whose stderr (where the engine logs "resuming ... from step N") goes to `log`,
+    unbuffered, so a line written before the SIGKILL is in the file."""
+    with log.open("w") as err:
+        return subprocess.Popen(_train_cmd(cfg_file, run), stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _check_resumed(log: Path, resume_from: int, context: str) -> None:
+    """The launch resumed from `resume_from` (the newest complete checkpoint before it started), or
+    said nothing of resuming when there was none."""
+    said = resumed_steps(log.read_text().splitlines())
+    assert said == ([resume_from] if resume_from else []), f"{context}: resume lines {said}, newest checkpoint {resume_from}"
 
 
 def _plan(rng: random.Random) -> list[str]:
@@ -49,14 +67,19 @@ def test_sigkill_at_drawn_points_then_resume_exactly(tmp_path):
     seed = kill_seed()
     rng = random.Random(seed)
     run = tmp_path / "interrupted"
-    landed = []
+    landed, launches = [], 0
     for kind in _plan(rng):
         for attempt in range(WRITE_ATTEMPTS if kind == "write" else 1):
             resume_from = max(checkpoint_steps(run), default=0)
             assert resume_from + 2 * INTERVAL + MARGIN <= STEPS, f"ran out of steps at {landed} (RESLAB_TEST_SEED={seed})"
-            proc = subprocess.Popen(_train_cmd(cfg_file, run), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if kind == "step":  # somewhere between two checkpoints
-                at = rng.randint(resume_from + 1, resume_from + INTERVAL - 1)
+            stale = checkpoint_writes(run)  # a killed write's leftovers: not the new process's write
+            launches += 1
+            log = tmp_path / f"launch{launches}.err"
+            proc = _launch(cfg_file, run, log)
+            if kind == "step":  # somewhere between two checkpoints, past the rows a killed process left
+                # (the relaunch truncates those, but until it has, they would trigger the kill at once)
+                base = max(resume_from, last_step(run))
+                at = rng.choice([s for s in range(base + 1, base + INTERVAL + 1) if s % INTERVAL])
                 wait_until(lambda: last_step(run) >= at or proc.poll() is not None, f"step {at}", seed)
             elif kind == "checkpoint":  # right after the k-th new checkpoint is complete
                 at = resume_from + INTERVAL * rng.randint(1, 2)
@@ -64,13 +87,15 @@ def test_sigkill_at_drawn_points_then_resume_exactly(tmp_path):
                            f"checkpoint {at}", seed)
             else:  # while a checkpoint's temporary folder exists
                 at = None
-                wait_until(lambda: writing_checkpoint(run) or proc.poll() is not None, "a checkpoint write",
+                wait_until(lambda: writing_checkpoint(run, stale) or proc.poll() is not None, "a checkpoint write",
                            seed, poll_s=0.0002)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             assert proc.returncode == -signal.SIGKILL, f"the run ended before its {kind} kill (RESLAB_TEST_SEED={seed})"
             assert status(run) == "running" and last_step(run) < STEPS
-            if kind == "write" and not writing_checkpoint(run):
+            # every kill lands after the run has read its checkpoint: it trained, or is writing one
+            _check_resumed(log, resume_from, f"launch {launches}, {kind} kill (RESLAB_TEST_SEED={seed})")
+            if kind == "write" and not writing_checkpoint(run, stale):
                 continue  # the write finished between seeing it and the kill: try the next checkpoint
             if kind == "step":
                 assert at <= last_step(run)
@@ -84,11 +109,13 @@ def test_sigkill_at_drawn_points_then_resume_exactly(tmp_path):
     assert len(landed) == KILL_POINTS and any(kind == "write" for kind, _ in landed)
     print(f"kills landed: {landed} (RESLAB_TEST_SEED={seed})")
 
+    resume_from = max(checkpoint_steps(run))
     done = subprocess.run(_train_cmd(cfg_file, run), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     context = f"kills {landed} (RESLAB_TEST_SEED={seed})"
-    assert train_losses(run) == train_losses(reference), context      # bit-identical, every step
-    assert val_losses(run) == val_losses(reference), context
-    assert sorted(train_losses(run)) == list(range(1, STEPS + 1)), context  # each step once
+    assert resume_from > 0 and resumed_steps(done.stderr.splitlines()) == [resume_from], (context, done.stderr)
+    # file order, duplicates visible: a resume that appended without truncating would show here
+    assert curve_rows(run) == curve_rows(reference), context          # bit-identical, every row
+    assert [step for step, _ in train_curve(run)] == list(range(1, STEPS + 1)), context  # each step once
     assert json.loads((run / "status.json").read_text())["status"] == "completed"
     assert not list(run.rglob(".tmp*")) and not list(run.rglob("*.tmp")), context

@@ -11,10 +11,11 @@ from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
 from reslab.model.registry import resolve
 from reslab.model.stochastic_depth import drop_rates, keep_factors
-from reslab.train import single as single_mod
+from reslab.train import loop as loop_mod
 from reslab.train.loop import train, train_stacked
 
-from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
+from .train_helpers import (LogLines, curve_rows, interrupt_before_update, resumed_steps, tiny_config, train_curve,
+                            train_losses, write_corpus)
 
 QUIET = dict(log=lambda *_: None)
 
@@ -92,22 +93,15 @@ def test_a_killed_run_resumes_with_the_same_dropped_layers(tmp_path, monkeypatch
     cfg = tiny_config(corpus, tmp_path / "cache", **{"model.dropout": 0.0, "model.n_layer": 4,
                                                      "model.stochastic_depth": 0.5})
     train(cfg, tmp_path / "whole", **QUIET)
-    real_save = single_mod.save_checkpoint
-
-    def crash_after_step_10(*args, **kwargs):
-        out = real_save(*args, **kwargs)
-        if args[1] == 10:
-            raise KeyboardInterrupt
-        return out
-
-    monkeypatch.setattr(single_mod, "save_checkpoint", crash_after_step_10)
+    real_lr = interrupt_before_update(monkeypatch, loop_mod, 13)  # 3 updates past the checkpoint at 10
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "resumed", **QUIET)
-    monkeypatch.setattr(single_mod, "save_checkpoint", real_save)
-    assert max(train_losses(tmp_path / "resumed")) == 10
-    train(cfg, tmp_path / "resumed", **QUIET)
-    assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "whole")
-    assert val_losses(tmp_path / "resumed") == val_losses(tmp_path / "whole")
+    monkeypatch.setattr(loop_mod, "learning_rate", real_lr)
+    assert train_curve(tmp_path / "resumed")[-1][0] == 13
+    log = LogLines()
+    train(cfg, tmp_path / "resumed", log=log)
+    assert resumed_steps(log) == [10], log  # resumed, not retrained from step 0
+    assert curve_rows(tmp_path / "resumed") == curve_rows(tmp_path / "whole")  # file order, duplicates visible
     # and the option acts: without it the same seed trains another curve
     train(cfg.replace(model=cfg.model.replace(stochastic_depth=0.0)), tmp_path / "plain", **QUIET)
     assert train_losses(tmp_path / "plain") != train_losses(tmp_path / "whole")

@@ -15,6 +15,10 @@ from reslab.data.batches import EvalBatches, TrainBatches
 from reslab.train.loop import train
 from reslab.train.optim import learning_rate, parameter_groups
 from tests.train_helpers import (
+    LogLines,
+    curve_rows,
+    interrupt_before_update,
+    resumed_steps,
     tiny_config,
     tiny_run,
     train_losses,
@@ -230,27 +234,22 @@ def test_sample_from_a_run_folder(tmp_path, corpus, capsys):
 
 
 def test_prores_alphas_follow_the_step_and_survive_an_interruption(tmp_path, corpus, monkeypatch):
-    import reslab.train.single as single
+    import reslab.train.loop as loop
     from reslab import prores_alpha
 
     over = {"model.prores": "linear", "model.prores_warmup": 5, "model.n_layer": 3, "train.steps": 30,
             "train.checkpoint_interval": 10}
     whole = train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "whole", log=lambda *_: None)
 
-    real_save, saves = single.save_checkpoint, []
-
-    def crash_after_second(*args, **kwargs):
-        real_save(*args, **kwargs)
-        saves.append(args[1])
-        if len(saves) == 2:
-            raise KeyboardInterrupt  # as if killed right after the checkpoint at step 20
-
-    monkeypatch.setattr(single, "save_checkpoint", crash_after_second)
+    real_lr = interrupt_before_update(monkeypatch, loop, 23)  # as if killed 3 updates past the checkpoint at 20
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
-    monkeypatch.setattr(single, "save_checkpoint", real_save)
-    train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=lambda *_: None)
-    assert _losses(tmp_path / "cut") == _losses(whole.path)
+    monkeypatch.setattr(loop, "learning_rate", real_lr)
+    log = LogLines()
+    train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "cut", log=log)
+    assert resumed_steps(log) == [20], log  # resumed at alpha(l, 20), not retrained from step 0
+    # every row in file order, alphas included: no duplicates from the interrupted part
+    assert curve_rows(tmp_path / "cut") == curve_rows(whole.path)
 
     rows = [json.loads(l) for l in (whole.path / "metrics.jsonl").read_text().splitlines() if "train_loss" in l]
     for row in rows:  # a train row's alphas are the ones its update used: alpha(l, step - 1)
