@@ -15,7 +15,8 @@ failure message names it, so `RESLAB_FUZZ_SEED=<seed> pytest tests/test_cli_fuzz
 No case may start real work: training (after its pre-training checks), sweeps and probes are
 replaced by stubs that raise WorkStarted, so a fault that validation let through fails its case at
 once (and the valid control invocations prove that the same command without the fault does get that
-far). Data preparation is real; each case checks that its --out / --store was not written.
+far). Data preparation is real; each case checks that every path it names (--out, --store, inputs)
+exists, or not, exactly as before, with the same bytes (a store's index and its journal files too).
 
 The test prints the case count per verb and how long each verb's cases took (pytest -s)."""
 
@@ -535,7 +536,48 @@ def run(argv: list) -> tuple[int | str, str]:
     return rc, err.getvalue()
 
 
-def failure(case: Case) -> str | None:
+def named_paths(argv: list, root: Path) -> list[Path]:
+    """The absolute paths a case names, as arguments or `--flag=value`: stores, outputs, inputs."""
+    out = []
+    for arg in map(str, argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.startswith("/"):
+            out.append(Path(value))
+    return out
+
+
+def path_state(path: Path, root: Path):
+    """What a refused command must leave as it found: whether the path exists and what it is, and
+    under the fuzz's own folder, every file's bytes and every entry's name below it (a store's
+    index or its journal files appearing count as a change). Outside that folder (/proc, /etc),
+    existence and kind only."""
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink():
+        return ("link", os.readlink(path))
+    inside = path == root or root in path.parents
+    if path.is_file():
+        return ("file", path.read_bytes() if inside else None)
+    if not inside:
+        return ("folder",)
+    return ("folder", {str(p.relative_to(path)): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+                       for p in sorted(path.rglob("*"))})
+
+
+def state_change(path: Path, before, after) -> str:
+    """`path` and, for a folder, which entries below it appeared, vanished or changed."""
+    if not (before and after and before[0] == after[0] == "folder" and len(before) == len(after) == 2):
+        return f"{path} ({before and before[0]} -> {after and after[0]})"
+    old, new = before[1], after[1]
+    diff = sorted(set(old) ^ set(new)) + sorted(k for k in set(old) & set(new) if old[k] != new[k])
+    return f"{path} ({', '.join(diff)})"
+
+
+def failure(case: Case, root: Path) -> str | None:
+    """The problem with one case, or None. Besides the one line and status 2, a refused command
+    leaves every path it names (its store, its output, its inputs) exactly as it was."""
+    named = named_paths(case.argv, root)
+    before = [path_state(p, root) for p in named]
     rc, err = run(case.argv)
     lines = err.splitlines()
     problem = None
@@ -550,6 +592,8 @@ def failure(case: Case) -> str | None:
     else:
         left = [str(p) for p in case.absent if os.path.lexists(p)]
         changed = [str(p) for p, before in case.unchanged if p.read_bytes() != before]
+        changed += [state_change(p, state, path_state(p, root)) for p, state in zip(named, before)
+                    if path_state(p, root) != state]
         problem = f"wrote {left}" if left else f"changed {changed}" if changed else None
     return None if problem is None else f"{case.describe()}\n    -> {problem}; stderr: {err.strip()[:500]!r}"
 
@@ -1190,7 +1234,7 @@ def test_every_malformed_invocation_is_one_line_and_status_2(world, stubbed, mon
     failures, seconds = [], {}
     for verb, verb_cases in cases.items():
         t0 = time.perf_counter()
-        failures += [problem for case in verb_cases if (problem := failure(case))]
+        failures += [problem for case in verb_cases if (problem := failure(case, world.root))]
         seconds[verb] = time.perf_counter() - t0
     for default in ("runs", "results", "probe-out"):
         assert not (world.root / default).exists(), f"a case wrote ./{default}; {REPLAY}"

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import reslab
 from tests.test_train import _losses, _vals, _write_toml
-from tests.train_helpers import tiny_run, write_corpus
+from tests.train_helpers import resumed_steps, tiny_run, write_corpus
 from tests.kill_helpers import SAFETY_NET_S
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -22,10 +22,47 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 COMMON = {"train.steps": 12, "train.eval_interval": 6, "model.dropout": 0.0, "train.batch_size": 4}
 
 
+# Run by torchrun instead of `reslab train`: on each rank, at the first update, it reports how the
+# model the loop trains is wrapped and how many of the parameters its optimizer steps are DTensors
+# (FSDP2's shards; the module's own may be unsharded between forward and backward), so the tests
+# see the parallelism in use inside the run, not only numbers that one process could also give.
+_WRAP_PROBE = """
+import os, sys
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+import reslab.train.loop as loop
+real_update, reported = loop._update, []
+def observing_update(model, raw_model, optimizer, *args, **kwargs):
+    if not reported:
+        reported.append(True)
+        kind = ("fsdp" if isinstance(model, FSDPModule) else "ddp" if isinstance(model, DistributedDataParallel)
+                else type(model).__name__)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        sharded = sum(isinstance(p, DTensor) for p in params)
+        os.write(2, f"wrapped: rank {dist.get_rank()} {kind} dtensors {sharded}/{len(params)}\\n".encode())
+    return real_update(model, raw_model, optimizer, *args, **kwargs)
+loop._update = observing_update
+from reslab.cli import main
+sys.argv = ["reslab", "train", sys.argv[1], "--out", sys.argv[2]]
+sys.exit(main())
+"""
+WRAPPED = re.compile(r"wrapped: rank (\d+) (\S+) dtensors (\d+)/(\d+)")
+
+
 def _torchrun(cfg_file, out):
+    probe = cfg_file.parent / "wrap_probe.py"
+    probe.write_text(_WRAP_PROBE)
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "reslab.cli", "train", str(cfg_file), "--out", str(out)],
+                           str(probe), str(cfg_file), str(out)],
                           capture_output=True, text=True, timeout=SAFETY_NET_S)
+
+
+def _wrapping(run) -> list[tuple[str, str, bool]]:
+    """(rank, wrapper, every parameter a DTensor) as each rank reported it, sorted by rank."""
+    # found anywhere in the shared stderr: another process's output may interleave with a line
+    return sorted((rank, kind, int(n) == int(total) > 0) for rank, kind, n, total in WRAPPED.findall(run.stderr))
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +82,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(single_p
     ddp = _write_toml(tmp / "ddp.toml", tiny_run(corpus, tmp / "cache", **COMMON))
     two = _torchrun(ddp, tmp / "two")
     assert two.returncode == 0, two.stderr[-3000:]
+    assert _wrapping(two) == [("0", "ddp", False), ("1", "ddp", False)], two.stderr[-3000:]
     a, b = _losses(tmp / "one"), _losses(tmp / "two")
     assert sorted(a) == sorted(b) == list(range(1, 13))
     for step in a:
@@ -60,6 +98,8 @@ def test_fsdp_matches_one_process_and_resumes_from_a_gathered_checkpoint(single_
     fsdp = _write_toml(tmp / "fsdp.toml", tiny_run(corpus, tmp / "cache", **COMMON, **{"train.parallel": "fsdp"}))
     run = _torchrun(fsdp, tmp / "fsdp")
     assert run.returncode == 0, run.stderr[-3000:]
+    # FSDP2 was in use: each rank trained an FSDPModule whose parameters are all DTensor shards
+    assert _wrapping(run) == [("0", "fsdp", True), ("1", "fsdp", True)], run.stderr[-3000:]
     a, b = _losses(tmp / "one"), _losses(tmp / "fsdp")
     assert sorted(b) == list(range(1, 13))
     assert max(abs(a[s] - b[s]) for s in a) < 1e-5
@@ -77,7 +117,8 @@ def test_fsdp_matches_one_process_and_resumes_from_a_gathered_checkpoint(single_
     (resumed / "status.json").write_text(json.dumps({"status": "running"}))
     again = _torchrun(fsdp, resumed)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming" in again.stderr
+    assert _wrapping(again) == [("0", "fsdp", True), ("1", "fsdp", True)], again.stderr[-3000:]
+    assert resumed_steps(again.stderr.splitlines()) == [6], again.stderr[-3000:]
     c = _losses(resumed)
     assert sorted(c) == list(range(1, 13))
     assert max(abs(b[s] - c[s]) for s in b) < 1e-6

@@ -19,7 +19,8 @@ from reslab.train.loop import train, train_stacked
 from reslab.train.stacked import clip_per_seed, member_view, stack_key, stack_parameters
 
 from .conftest import CPU_ONLY_FALLBACK, slow_vmap_ops
-from .train_helpers import tiny_config, train_losses, val_losses, write_corpus
+from .train_helpers import (LogLines, curve_rows, interrupt_before_update, metric_rows, resumed_steps, tiny_config,
+                            train_curve, train_losses, val_losses, write_corpus)
 
 SEEDS = (1, 2, 3)
 QUIET = dict(log=lambda *_: None)
@@ -36,6 +37,8 @@ def _configs(tmp_path, **overrides):
 
 
 def _assert_same_curves(a, b, rel=1e-4):
+    # the same rows in the same file order first: the dicts below would hide a duplicated step
+    assert [(r["step"], sorted(r)) for r in metric_rows(a)] == [(r["step"], sorted(r)) for r in metric_rows(b)]
     ta, tb = train_losses(a), train_losses(b)
     assert sorted(ta) == sorted(tb)
     for step in ta:
@@ -135,30 +138,23 @@ def test_one_seed_diverges_the_others_finish_unchanged(tmp_path):
 
 
 def test_killed_stack_resumes_exactly(tmp_path, monkeypatch):
-    """A crash after the step-10 checkpoints, then a rerun: every curve equals an uninterrupted stack's."""
+    """A crash three updates after the step-10 checkpoints, then a rerun: it says it resumed from 10,
+    and every run's metrics.jsonl equals an uninterrupted stack's, row by row in file order."""
     cfgs = _configs(tmp_path)
     train_stacked(cfgs, [tmp_path / f"whole{s}" for s in SEEDS], **QUIET)
 
-    real_save, saves = stacked_mod.save_checkpoint, []
-
-    def crash_after_step_10(*args, **kwargs):
-        out = real_save(*args, **kwargs)
-        saves.append(args[1])
-        if len(saves) == 3 and args[1] == 10:  # every member has saved step 10
-            raise KeyboardInterrupt
-        return out
-
-    monkeypatch.setattr(stacked_mod, "save_checkpoint", crash_after_step_10)
+    real_lr = interrupt_before_update(monkeypatch, stacked_mod, 13)
     outs = [tmp_path / f"resumed{s}" for s in SEEDS]
     with pytest.raises(KeyboardInterrupt):
         train_stacked(cfgs, outs, **QUIET)
-    monkeypatch.setattr(stacked_mod, "save_checkpoint", real_save)
-    assert max(train_losses(outs[0])) == 10
-    results = train_stacked(cfgs, outs, **QUIET)
+    monkeypatch.setattr(stacked_mod, "learning_rate", real_lr)
+    assert train_curve(outs[0])[-1][0] == 13
+    log = LogLines()
+    results = train_stacked(cfgs, outs, log=log)
     assert [r.status for r in results] == ["completed"] * 3
+    assert resumed_steps(log) == [10], log
     for s in SEEDS:
-        assert train_losses(tmp_path / f"resumed{s}") == train_losses(tmp_path / f"whole{s}")
-        assert val_losses(tmp_path / f"resumed{s}") == val_losses(tmp_path / f"whole{s}")
+        assert curve_rows(tmp_path / f"resumed{s}") == curve_rows(tmp_path / f"whole{s}"), s
 
 
 def test_a_stacked_checkpoint_resumes_as_a_separate_run(tmp_path, monkeypatch):

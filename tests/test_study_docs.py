@@ -5,6 +5,7 @@ file without markers is refused with one line."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -419,3 +420,17 @@ def test_run_studies_records_whether_the_store_was_clean(docs, tmp_path):
     assert [(l[0], l[3], l[4]) for l in lines] == [("partial-residual", "smoke", "clean"),
                                                     ("partial-residual", "smoke", "shared")]
     assert docs.read_walls(out / "walls.tsv")[("partial-residual", "smoke")][2] == "shared"
+
+
+def test_the_committed_studies_page_is_the_one_the_archived_reports_give(docs, tmp_path):
+    """docs/studies.md regenerated from docs/studies/reports/*.json alone equals the committed file
+    byte for byte, so a hand edit inside the generated region (a verdict count, a table cell) fails
+    here. The page and its figures folder are copied side by side, so the figure links come out
+    relative exactly as in the repository, and nothing in the repository is written."""
+    (tmp_path / "store" / "reports").mkdir(parents=True)  # no new reports: the archive alone
+    page, figures = tmp_path / "docs" / "studies.md", tmp_path / "docs" / "studies"
+    shutil.copytree(ROOT / "docs" / "studies", figures)
+    shutil.copyfile(ROOT / "docs" / "studies.md", page)
+    assert docs.main([str(tmp_path / "store"), "--docs", str(page), "--figures", str(figures)]) == 0
+    assert page.read_bytes() == (ROOT / "docs" / "studies.md").read_bytes(), \
+        "docs/studies.md is not the generated one: mkdir -p /tmp/s/reports && python bench/study_docs.py /tmp/s"

@@ -14,6 +14,7 @@ from reslab.cli import main
 from reslab.data.batches import EvalBatches, TrainBatches
 from reslab.train.loop import train
 from reslab.train.optim import learning_rate, parameter_groups
+from tests.kill_helpers import checkpoint_steps
 from tests.train_helpers import (
     LogLines,
     curve_rows,
@@ -134,6 +135,17 @@ def test_rerunning_a_completed_run_does_nothing(tmp_path, corpus):
     second = train(cfg, tmp_path / "r", log=lambda *_: None)
     assert (first.status, first.best_val_loss) == (second.status, second.best_val_loss)
     assert (tmp_path / "r" / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.xfail(strict=True, reason="train/loop.py decides save_now inside the evaluation branch, so "
+                   "train.checkpoint_interval is honoured only on evaluation steps (left for the loop's rewrite)")
+def test_checkpoint_interval_is_honoured_between_evaluations(tmp_path, corpus):
+    """checkpoint_interval 4 with eval_interval 6: checkpoints at 4 and 8 (not evaluation steps) and
+    at the end, so a run stopped at step 9 loses one step, not nine."""
+    cfg = tiny_config(corpus, tmp_path / "c", **{"train.steps": 12, "train.eval_interval": 6,
+                                                 "train.checkpoint_interval": 4, "train.keep_checkpoints": 10})
+    train(cfg, tmp_path / "r", log=lambda *_: None)
+    assert checkpoint_steps(tmp_path / "r") == [4, 8, 12]
 
 
 def test_a_folder_holding_another_config_is_refused(tmp_path, corpus, capsys):

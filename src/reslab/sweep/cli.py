@@ -315,8 +315,9 @@ def cmd_runs_export(args) -> None:
     from ..fileio import check_output_dir
     from .export import export
 
-    runs = _indexed_runs(args)
+    # OUT_DIR first: a refused export must not have opened (and so written journal files into) the store
     check_output_dir(args.out, "OUT_DIR")
+    runs = _indexed_runs(args)
     for path in export(runs, args.out, args.format, curves=not args.no_curves):
         print(path)
 
