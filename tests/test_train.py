@@ -137,8 +137,6 @@ def test_rerunning_a_completed_run_does_nothing(tmp_path, corpus):
     assert (tmp_path / "r" / "metrics.jsonl").read_text() == before
 
 
-@pytest.mark.xfail(strict=True, reason="train/loop.py decides save_now inside the evaluation branch, so "
-                   "train.checkpoint_interval is honoured only on evaluation steps (left for the loop's rewrite)")
 def test_checkpoint_interval_is_honoured_between_evaluations(tmp_path, corpus):
     """checkpoint_interval 4 with eval_interval 6: checkpoints at 4 and 8 (not evaluation steps) and
     at the end, so a run stopped at step 9 loses one step, not nine."""
