@@ -14,6 +14,7 @@ from reslab.config import ModelConfig
 from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
 from reslab.model.registry import DESIGNS
+from reslab.train import loop as loop_mod
 from reslab.train import stacked as stacked_mod
 from reslab.train.loop import train, train_stacked
 from reslab.train.stacked import clip_per_seed, member_view, stack_key, stack_parameters
@@ -143,11 +144,11 @@ def test_killed_stack_resumes_exactly(tmp_path, monkeypatch):
     cfgs = _configs(tmp_path)
     train_stacked(cfgs, [tmp_path / f"whole{s}" for s in SEEDS], **QUIET)
 
-    real_lr = interrupt_before_update(monkeypatch, stacked_mod, 13)
+    real_lr = interrupt_before_update(monkeypatch, loop_mod, 13)
     outs = [tmp_path / f"resumed{s}" for s in SEEDS]
     with pytest.raises(KeyboardInterrupt):
         train_stacked(cfgs, outs, **QUIET)
-    monkeypatch.setattr(stacked_mod, "learning_rate", real_lr)
+    monkeypatch.setattr(loop_mod, "learning_rate", real_lr)
     assert train_curve(outs[0])[-1][0] == 13
     log = LogLines()
     results = train_stacked(cfgs, outs, log=log)
