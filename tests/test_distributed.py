@@ -32,9 +32,10 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
-import reslab.train.loop as loop
-real_update, reported = loop._update, []
-def observing_update(model, raw_model, optimizer, *args, **kwargs):
+from reslab.train.single import SingleEngine
+real_update, reported = SingleEngine.update, []
+def observing_update(self, *args, **kwargs):
+    model, optimizer = self.model, self.optimizer
     if not reported:
         reported.append(True)
         kind = ("fsdp" if isinstance(model, FSDPModule) else "ddp" if isinstance(model, DistributedDataParallel)
@@ -42,8 +43,8 @@ def observing_update(model, raw_model, optimizer, *args, **kwargs):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         sharded = sum(isinstance(p, DTensor) for p in params)
         os.write(2, f"wrapped: rank {dist.get_rank()} {kind} dtensors {sharded}/{len(params)}\\n".encode())
-    return real_update(model, raw_model, optimizer, *args, **kwargs)
-loop._update = observing_update
+    return real_update(self, *args, **kwargs)
+SingleEngine.update = observing_update
 from reslab.cli import main
 sys.argv = ["reslab", "train", sys.argv[1], "--out", sys.argv[2]]
 sys.exit(main())
