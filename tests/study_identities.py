@@ -18,8 +18,10 @@ from pathlib import Path
 from reslab.fileio import write_json
 from reslab.plugins import load_plugins
 from reslab.studies import load_study, study_names
-from reslab.sweep.spec import expand, load_spec, tuned_key, with_seeds
-from reslab.sweep.tune import row_values, tuning_runs
+from reslab.spec.expand import expand, tuned_key, with_seeds
+from reslab.spec.load import load_spec
+from reslab.spec.tune import row_values
+from reslab.spec.tune_plan import tuning_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "study_identities.json"
