@@ -166,3 +166,15 @@ def test_spec_loads_no_torch(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC)})
     assert out.stdout.strip() == "[]"
+
+
+# The circles left in the package, each being removed on its own branch: the verbs importing each
+# other (the cli/ package), and plugins <-> the design registry. A new circle anywhere fails here.
+KNOWN_CIRCLES = [
+    ["reslab.cli", "reslab.probe.cli", "reslab.report.cli", "reslab.studies.cli", "reslab.sweep.cli"],
+    ["reslab.model.registry", "reslab.model.zoo", "reslab.plugins"],
+]
+
+
+def test_every_circle_is_a_known_one():
+    assert [c for c in circles(graph()) if c not in KNOWN_CIRCLES] == []

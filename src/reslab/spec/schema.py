@@ -129,7 +129,8 @@ class TuneRow:
 class TuneOptions:
     """[tune]: before a scale's comparison runs, each row (variant x grid point) trains at every
     value of `axis` on the tuning seeds; each row's comparison runs then use its best value
-    (tune.py, tune_plan.py; the choice: sweep/tune.py). Values are kept sorted ascending (the tie rule prefers the smaller)."""
+    (tune.py, tune_plan.py; the choice from the store: sweep/tune.py). Values are kept sorted
+    ascending (the tie rule prefers the smaller)."""
     axis: str
     values: list
     seeds: list[int]
@@ -175,7 +176,8 @@ class SweepSpec(Typed):
     report: ReportOptions = field(default_factory=ReportOptions)
     study: Optional[StudyInfo] = None
     tune: Optional[TuneOptions] = None  # [tune]: each design's own learning rate first (tune.py, tune_plan.py)
-    claims: list[dict] = field(default_factory=list)  # [[claims]]: published claims the report rules on (claims.py; the verdicts: report/claims.py)
+    # [[claims]]: published claims the report rules on, as written (claims.py reads each into a Claim)
+    claims: list[dict] = field(default_factory=list)
     more_seeds: list[MoreSeeds] = field(default_factory=list)  # [[more_seeds]]: some rows' extra seeds (more_seeds.py)
     overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
