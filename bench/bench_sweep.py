@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from reslab.sweep.runner import cpu_count, run_sweep
-from reslab.sweep.spec import parse_spec
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
 
 

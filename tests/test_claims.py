@@ -13,8 +13,10 @@ import scipy.stats
 
 from reslab.errors import ConfigError
 from reslab.report import claims as claims_mod
-from reslab.report.claims import check_claims, claim_blocks, evaluate_claims
-from reslab.sweep.spec import parse_spec
+from reslab.report.claims import claim_blocks, evaluate_claims
+from reslab.spec import claims as spec_claims
+from reslab.spec.claims import check_claims
+from reslab.spec.load import parse_spec
 
 REF = {"unigram": 3.35, "bigram": 2.48}
 
@@ -407,12 +409,12 @@ def test_claims_on_a_spec_file_are_one_line_each_not_a_traceback(tmp_path):
 
 
 def test_the_docstring_examples_are_valid_claims():
-    doc = claims_mod.__doc__
+    doc = spec_claims.__doc__
     blocks = re.findall(r"\n    # [^\n]*\n((?:    [^\n]*\n)+?)(?=\n)", doc.split("Decision rules")[0])
     text = "\n".join("\n".join(line[4:] for line in b.splitlines()) for b in blocks)
     found = tomllib.loads(text)["claims"]
     assert len(found) == 5
-    assert {c["kind"] for c in found} == set(claims_mod.KINDS) - {"trains"} | {"fails"}
+    assert {c["kind"] for c in found} == set(spec_claims.KINDS) - {"trains"} | {"fails"}
     spec = SimpleNamespace(
         claims=found, scales={"tiny": {}, "paper": {}},
         variants={v: {} for v in ("full", "attn-only", "ffn-only", "post-ln", "g1", "runtime-0.25",

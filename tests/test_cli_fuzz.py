@@ -398,7 +398,8 @@ def build_artifacts(w: World) -> None:
     from reslab.model.gpt import GPT
     from reslab.model.io import save_model
     from reslab.sweep.runner import record_spec
-    from reslab.sweep.spec import expand, parse_spec
+    from reslab.spec.expand import expand
+    from reslab.spec.load import parse_spec
     from reslab.sweep.store import Store
 
     w.run = w.root / "run"
@@ -875,7 +876,7 @@ def spec_with(w: World, path: str, value) -> dict:
 def spec_faults(w: World, rng: random.Random) -> list[tuple[Path | str, str]]:
     """(spec file, note) of malformed sweep specs: every SweepSpec field, every RunConfig field of
     its base table, missing keys, file faults."""
-    from reslab.sweep.spec import SweepSpec
+    from reslab.spec.schema import SweepSpec
     from reslab.train.config import RunConfig
 
     out = list(w.config_file_faults()) + [(w.toml_file({}, "empty.toml"), "empty spec"),

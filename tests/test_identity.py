@@ -12,7 +12,8 @@ import pytest
 
 from reslab.cli import config_hash
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import expand, parse_spec, run_identity
+from reslab.spec.expand import expand, run_identity
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
 from reslab.train import loop as loop_module
 from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical

@@ -725,7 +725,8 @@ def _report_store(tmp: Path):
     loss, layer-0 gradient norm, hidden-state growth, ProRes alpha."""
     from reslab.fileio import write_json
     from reslab.sweep.runner import record_spec
-    from reslab.sweep.spec import expand, parse_spec
+    from reslab.spec.expand import expand
+    from reslab.spec.load import parse_spec
     from reslab.sweep.store import Store
     from tests.sweep_helpers import spec_dict
 

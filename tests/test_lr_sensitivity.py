@@ -11,7 +11,8 @@ import pytest
 from reslab.errors import ConfigError
 from reslab.report.tuning import lr_blocks, lr_section, sensitivity
 from reslab.studies import load_study, study_names
-from reslab.sweep.spec import expand, parse_spec, with_seeds
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.load import parse_spec
 from tests.sweep_helpers import spec_dict
 
 CAP = 3.35

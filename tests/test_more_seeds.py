@@ -10,11 +10,13 @@ from reslab.cli import main
 from reslab.errors import ConfigError
 from reslab.report.build import build_report
 from reslab.report.render import render_markdown
-from reslab.sweep.more_seeds import comparison_seeds
+from reslab.spec.more_seeds import comparison_seeds
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import expand, parse_spec, with_seeds
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
-from reslab.sweep.tune import comparison_counts, plan, tuning_runs
+from reslab.spec.tune_plan import comparison_counts, tuning_runs
+from reslab.sweep.tune import plan
 from tests.sweep_helpers import spec_dict, write_spec
 
 GRID = {"model.n_layer": [1, 2]}

@@ -22,11 +22,13 @@ from reslab.data.reference import count_levels, reference_levels
 from reslab.errors import ReslabError
 from reslab.fileio import write_json
 from reslab.report import plots
-from reslab.report.build import build_report, is_result_scale
+from reslab.report.build import build_report
 from reslab.report.render import render_html, render_markdown, write_report
 from reslab.studies.cli import summary_lines
 from reslab.sweep.runner import record_spec
-from reslab.sweep.spec import expand, parse_spec
+from reslab.spec.expand import expand
+from reslab.spec.load import parse_spec
+from reslab.spec.schema import is_result_scale
 from reslab.sweep.store import Store
 from tests.sweep_helpers import spec_dict
 from tests.train_helpers import generated_text

@@ -14,7 +14,8 @@ from reslab.fileio import write_json
 from reslab.report.build import build_report
 from reslab.report.render import check_html, render_markdown, write_report
 from reslab.sweep.runner import record_spec
-from reslab.sweep.spec import expand, parse_spec
+from reslab.spec.expand import expand
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
 from tests.sweep_helpers import spec_dict
 

@@ -253,7 +253,7 @@ def test_reference_levels_and_smoke_scale_from_the_dict(report_folder):
     assert "2.6000 (not learned beyond bigram)" in md
     assert "Reference levels: unigram 3.3473 nats, bigram 2.4857 nats: the count models." in md
     assert "0.0247" in md  # a result: the p-value shows
-    # no is_result key: the scale decides (build.is_result_scale), and smoke hides every test
+    # no is_result key: the scale decides (spec.schema.is_result_scale), and smoke hides every test
     report["spec"]["scale"] = "smoke"
     md = render.render_markdown(report)
     assert md.split("\n\n")[1].startswith("smoke: not a result")

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from reslab.studies import load_study, study_names
-from reslab.sweep.spec import expand, with_seeds
-from reslab.sweep.tune import all_planned, tuning_scales
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.tune_plan import all_planned, tuning_scales
 from tests.train_helpers import write_corpus
 
 # study -> scale -> (runs with the study's default seeds for that scale, variants x grid points)

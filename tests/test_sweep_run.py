@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import expand, load_spec, parse_spec, with_seeds
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.load import load_spec, parse_spec
 from reslab.sweep.store import Store
 from tests.kill_helpers import checkpoint_steps, kill_seed, last_step, lock_is_free, status, wait_until
 from tests.sweep_helpers import assert_same_curves, curves, spec_dict, write_spec
@@ -73,7 +74,7 @@ def test_diverging_and_crashing_runs_are_recorded_and_the_sweep_finishes(tmp_pat
     data["variants"] = {"full": {}, "blowup": {"train": {"nan_at_step": 5}},
                         "broken": {"optim": {"lr": 2e-3}}, "after": {"optim": {"lr": 5e-3}}}
     spec = parse_spec(data)
-    from reslab.sweep.spec import expand
+    from reslab.spec.expand import expand
 
     broken = next(r for r in expand(spec) if r.variant == "broken")
     store = Store(tmp_path / "store")
@@ -242,7 +243,7 @@ def test_stacked_sweep_gives_each_run_its_separate_curve(finished, tmp_path):
 
 def test_stacked_tasks_group_seeds_of_one_design_at_one_checkpoint(finished, tmp_path):
     from reslab.sweep.runner import stacked_tasks
-    from reslab.sweep.spec import expand
+    from reslab.spec.expand import expand
 
     _, spec, _ = finished
     runs = expand(spec)

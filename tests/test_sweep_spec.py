@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from reslab.errors import ConfigError, ReslabError
-from reslab.sweep.spec import expand, load_spec, parse_spec, with_seeds
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.load import load_spec, parse_spec
 from tests.sweep_helpers import spec_dict, write_spec
 from tests.kill_helpers import SAFETY_NET_S
 
@@ -168,7 +169,7 @@ def test_a_field_added_at_its_default_keeps_identities_and_resumes(tmp_path):
     """Identities and the resume check read the config's canonical form (fields that differ from
     the defaults), so a config written before a field existed is the same run, while a changed
     value is a different one."""
-    from reslab.sweep.spec import run_identity
+    from reslab.spec.expand import run_identity
     from reslab.train.config import build_run_config, canonical
     from reslab.train.run_folder import RunFolder
 

@@ -15,9 +15,12 @@ from reslab.cli import main
 from reslab.errors import ConfigError
 from reslab.report.tuning import _tuning_blocks, check_held, lr_blocks, lr_section
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import expand, parse_spec, with_seeds
+from reslab.spec.expand import expand, with_seeds
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
-from reslab.sweep.tune import choose, pick, tuning_runs
+from reslab.spec.tune import pick
+from reslab.spec.tune_plan import tuning_runs
+from reslab.sweep.tune import choose
 from tests.sweep_helpers import spec_dict, write_spec
 
 VALUES = [1e-3, 1e-2]
@@ -252,7 +255,7 @@ def test_the_study_estimate_counts_the_tuning_runs(tmp_path):
 
 
 def test_the_most_an_extension_can_add_is_rows_x_extend_x_tuning_seeds(tmp_path):
-    from reslab.sweep.tune import most_extension_runs
+    from reslab.spec.tune_plan import most_extension_runs
 
     assert most_extension_runs(parse_spec(_tune_dict(tmp_path))) == 0
     assert most_extension_runs(parse_spec(_tune_dict(tmp_path, extend=2))) == 2 * 2 * len(TUNE_SEEDS)
@@ -341,7 +344,7 @@ def test_grid_edge_marks_only_the_ends_of_a_grid_of_two_or_more():
 
 # ---- tune.extend: a row whose best is an end of its grid tries values beyond it -----------------------
 def test_next_value_is_one_geometric_step_rounded_to_two_digits():
-    from reslab.sweep.tune import next_value
+    from reslab.spec.tune import next_value
 
     assert next_value([3e-3, 1e-2, 3e-2], "top") == 0.09          # 3e-2 * (3e-2 / 1e-2)
     assert next_value([3e-3, 1e-2, 3e-2], "bottom") == 0.0009     # 3e-3 / (1e-2 / 3e-3), rounded

@@ -10,10 +10,12 @@ from reslab.cli import main
 from reslab.errors import ConfigError
 from reslab.report.tuning import lr_blocks, lr_section
 from reslab.sweep.runner import run_sweep
-from reslab.sweep.spec import parse_spec
+from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
-from reslab.sweep.spec import with_seeds
-from reslab.sweep.tune import most_extension_runs, row_seeds, row_values, tuning_plan, tuning_runs
+from reslab.spec.expand import with_seeds
+from reslab.spec.tune import row_seeds, row_values
+from reslab.spec.tune_plan import most_extension_runs, tuning_runs
+from reslab.sweep.tune import tuning_plan
 from tests.sweep_helpers import spec_dict, write_spec
 
 SEEDS = [9001, 9002]

@@ -104,7 +104,7 @@ def load_model_config(config_path: str | None, sets: list[str]):
 
 def load_run_config(config_path: str | None, preset: str | None, sets: list[str]):
     """Preset, then config file, then --set overrides, validated as one RunConfig."""
-    from .sweep.spec import check_preset
+    from .spec.grid import check_preset
     from .train.config import build_run_config
 
     data: dict = {}
@@ -205,7 +205,7 @@ def cmd_train(args) -> int:
     started = time.time()
     result = train(cfg, out, log=lambda msg: print(msg, file=sys.stderr))
     if store is not None:
-        from .sweep.spec import run_identity
+        from .spec.expand import run_identity
 
         store.register_single(Path(out), cfg.to_dict(), run_identity(cfg), started_at=started,
                               finished_at=time.time(), wall_s=time.time() - started)

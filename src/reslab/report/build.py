@@ -39,24 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ReslabError
+from ..spec.more_seeds import describe
+from ..spec.schema import NOT_A_RESULT, is_result_scale
 from ..sweep.store import Store
-from . import plots, stats
+from . import claims, plots, stats, tuning
 
 FIGURES = (("val_loss.png", "Validation loss", plots.plot_val_loss),
            ("train_loss_spikes.png", "Training loss and spike events", plots.plot_train_loss_spikes),
            ("layer0_grad.png", "Layer-0 gradient norm (diagnostics)", plots.plot_layer0_grad),
            ("hidden_growth.png", "Hidden-state growth per layer (diagnostics)", plots.plot_hidden_growth),
            ("prores_alpha.png", "ProRes alpha per layer", plots.plot_prores_alpha))
-SMOKE_SCALE = "smoke"  # reserved for pipeline tests: never a result
-NOT_A_RESULT = "smoke: not a result"
-
-
-def is_result_scale(scale: str | None) -> bool:
-    """Whether a report at this scale may state results (tests, p-values, verdicts). The one place
-    that rule lives: the smoke scale only checks that the pipeline runs end to end."""
-    return scale != SMOKE_SCALE
-
-
 def row_name(member: dict) -> str:
     grid = member["grid"] if isinstance(member["grid"], dict) else json.loads(member["grid"] or "{}")
     return "-".join([member["variant"]] + [f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float)
@@ -110,8 +102,6 @@ def _index_rows(store: Store, spec_name: str) -> dict[tuple, dict]:
 
 def _more_seeds_here(entries: list[dict], scale: str) -> list[str]:
     """The spec's [[more_seeds]] entries that apply at `scale`, one line each."""
-    from ..sweep.more_seeds import describe
-
     return describe([e for e in entries if not e.get("scales") or scale in e["scales"]])
 
 
@@ -139,10 +129,6 @@ def _table_row(name: str, runs: list[dict], planned: int, is_baseline: bool) -> 
 def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir: str | Path | None = None,
                  probe: bool = True) -> tuple[dict, Path]:
     """The report dict of one sweep at one scale, with its figures drawn into out_dir."""
-    # imported here, not at the top: those sections may import this module (is_result_scale)
-    from .claims import evaluate_claims
-    from .tuning import check_held, lr_section
-
     record = store.load_spec_record(spec_name)
     spec = record["spec"]
     scale = _choose_scale(record, scale)
@@ -225,10 +211,10 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     if probe and opts.get("probe"):
         figures += _probe_section(opts["probe"], out, notes)
 
-    lr = lr_section(spec, store, spec_name, scale, cells, out)
+    lr = tuning.lr_section(spec, store, spec_name, scale, cells, out)
     if lr:
         figures += list(lr.get("figures") or [])
-    unheld = check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
+    unheld = tuning.check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
     title = f"{spec_name}" + (f" ({scale} scale)" if scale else "")
     report = {
         "title": title if is_result else f"{title} — {NOT_A_RESULT}",
@@ -245,7 +231,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "unigram_entropy": unigram,  # the unigram level, under the name older callers read
         "table": table,
         "lr": lr,
-        "claims": evaluate_claims(spec.get("claims", []), cells, reference, scale, unheld) if is_result else [],
+        "claims": claims.evaluate_claims(spec.get("claims", []), cells, reference, scale, unheld) if is_result else [],
         "published": [dict(p) for p in opts.get("published", [])],
         "runs": run_list, "missing": missing, "notes": notes, "figures": figures,
     }

@@ -1,76 +1,10 @@
-"""[[claims]]: the published claims a study tests, and the report's verdict on each.
+"""The report's verdict on each published claim of a study ([[claims]]).
 
 A study spec lists the claims of its papers as checkable statements about the runs it plans, so
 that the report says, claim by claim and with the numbers, whether this sweep reproduced it.
 
-Format. Every claim is one [[claims]] table with
-
-    id         letters, digits, '_', '.', '+', '-'; unique in the spec
-    statement  the claim as a sentence a human reads
-    source     where it comes from (paper or seed document, and its number)
-    kind       "difference" | "level" | "spread" | "fails" | "trains"
-    metric     optional: "best_val_loss" (default) or "final_val_loss"
-    scales     optional: the scales it applies to (default: every scale)
-
-and, by kind, its cells and its test. A cell is a variant, optionally at a grid point: a string
-(`a = "attn-only"`) or a table with `variant` and grid axes (`a = { variant = "resi-dual",
-depth = "L16" }`). An axis is named by its full dotted key ("model.n_layer") or by its last
-component ("n_layer"); a named axis ([grid.depth.L16]) takes a point name. Axes a cell leaves out
-are pooled over: the unit of a test is then (those axes' values, seed). An axis that some cells of
-a claim name and others do not is taken to be the same for all of them (write it in every cell to
-compare different points).
-
-    # difference: mean(a - b) <op> threshold
-    [[claims]]
-    id = "attn-only-small-cost"
-    statement = "Removing the MLP skip costs less than 0.15 nats"
-    source = "seed 000, ResidualGPT 10M table: attn-only 1.5999 vs full 1.5017"
-    kind = "difference"
-    a = "attn-only"
-    b = "full"
-    op = "<"
-    threshold = 0.15
-
-    # the same variant at two grid points
-    [[claims]]
-    id = "post-ln-needs-warmup"
-    statement = "Post-LN at 16 layers without warmup is worse than with warmup"
-    source = "seed 002: Xiong et al. 2020, section 3"
-    kind = "difference"
-    a = { variant = "post-ln", depth = "L16", warmup = "none" }
-    b = { variant = "post-ln", depth = "L16", warmup = "w100" }
-    op = ">"
-    threshold = 0.0
-
-    # level: mean(a - reference) <op> threshold; reference "unigram", "bigram" or a number (nats)
-    [[claims]]
-    id = "ffn-only-collapses"
-    statement = "Without the attention skip, training collapses to the unigram level"
-    source = "seed 000, table 1: ffn-only 3.3493 vs unigram 3.35"
-    kind = "level"
-    a = "ffn-only"
-    reference = "unigram"
-    op = ">"
-    threshold = -0.1
-
-    # spread: max - min of the cells' means <op> threshold
-    [[claims]]
-    id = "runtime-gains-overlap"
-    statement = "Runtime branch gains 0.25-4 give overlapping curves"
-    source = "seed 000, section 5.1"
-    kind = "spread"
-    cells = ["runtime-0.25", "runtime-0.5", "g1", "runtime-2", "runtime-4"]
-    op = "<"
-    threshold = 0.002
-
-    # fails / trains: every run of the cell fails (trains)
-    [[claims]]
-    id = "post-ln-deep-fails"
-    statement = "Post-LN at 24 layers without warmup fails"
-    source = "seed 002: Xiong et al. 2020"
-    kind = "fails"
-    a = { variant = "post-ln", n_layer = 24 }
-    scales = ["paper"]
+The format of a [[claims]] table, the typed Claim it reads into and its checks against the spec
+are reslab.spec.claims's; this module decides each claim on a report's rows.
 
 Decision rules (RULES_TEXT says them in the report):
   * difference, level: per-unit values (unit = seed, and the pooled axes' values). Two cells that
@@ -108,32 +42,19 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 
 import scipy.stats
 
+from ..spec.claims import Cell, Claim, parse_claim
+from ..spec.rows import cell_text, complete_cells, is_number, resolve_key, same_value
 from . import stats
 
-__all__ = ["KINDS", "RULES_TEXT", "check_claims", "claim_blocks", "evaluate_claims"]
+__all__ = ["RULES_TEXT", "claim_blocks", "evaluate_claims"]
 
-KINDS = ("difference", "level", "spread", "fails", "trains")
-OPS = ("<", ">")
-METRICS = ("best_val_loss", "final_val_loss")
-REFERENCES = ("unigram", "bigram")
 ALPHA = 0.05
 MIN_N = 3  # below this a t quantile has at most 1 degree of freedom: no test, no verdict
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # the spec's rule for names: an id is quoted and searched for
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not tested at this scale")
 NOT_TESTED = "not tested at this scale"
-
-COMMON = ("id", "statement", "source", "kind", "metric", "scales")
-KIND_KEYS = {  # kind -> keys it requires (beyond id, statement, source, kind)
-    "difference": ("a", "b", "op", "threshold"),
-    "level": ("a", "reference", "op", "threshold"),
-    "spread": ("cells", "op", "threshold"),
-    "fails": ("a",),
-    "trains": ("a",),
-}
 
 RULES_TEXT = (
     "How the verdicts are decided. Difference and level claims: per-seed values (seed and any grid "
@@ -156,302 +77,8 @@ RULES_TEXT = (
 )
 
 
-# ---- parsing (shared by the spec check and the evaluation) -------------------------------------
-def _flatten(table: dict, prefix: str = "") -> dict:
-    """{"model": {"n_layer": 16}} -> {"model.n_layer": 16}: TOML writes `model.n_layer = 16` in an
-    inline table as a nested table, and a quoted "model.n_layer" as one key; both mean the axis."""
-    out = {}
-    for k, v in table.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _same(x, y) -> bool:
-    """Grid values equal: 16 == 16.0, but a bool is not a number and a name is not a number."""
-    if isinstance(x, bool) or isinstance(y, bool):
-        return isinstance(x, bool) and isinstance(y, bool) and x == y
-    if _is_number(x) and _is_number(y):
-        return math.isclose(float(x), float(y), rel_tol=1e-12, abs_tol=0.0)
-    return type(x) is type(y) and x == y
-
-
-def _parse_cell(value, where: str, errors: list[str]) -> dict | None:
-    """A cell as {"variant": name, "axes": {key as written: value}}."""
-    if isinstance(value, str):
-        return {"variant": value, "axes": {}}
-    if not isinstance(value, dict):
-        errors.append(f"{where}: a cell is a variant name or a table {{ variant = \"...\", <axis> = <value> }}, "
-                      f"got {value!r}")
-        return None
-    variant = value.get("variant")
-    if not isinstance(variant, str):
-        errors.append(f"{where}.variant: required: the variant's name" if variant is None
-                      else f"{where}.variant: expected a variant name, got {variant!r}")
-        return None
-    axes = _flatten({k: v for k, v in value.items() if k != "variant"})
-    ok = True
-    for k, v in axes.items():
-        if not isinstance(v, (str, int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
-            errors.append(f"{where}.{k}: a grid value is a number, a string or a point name, got {v!r}")
-            ok = False
-    return {"variant": variant, "axes": axes} if ok else None
-
-
-def _parse(claim, where: str, errors: list[str]) -> dict | None:
-    """A claim in normal form, or None (its problems appended to errors). Needs no spec."""
-    if not isinstance(claim, dict):
-        errors.append(f"{where}: expected a table, got {claim!r}")
-        return None
-    n_before = len(errors)
-    kind = claim.get("kind")
-    if kind is None:
-        errors.append(f"{where}.kind: required; one of {', '.join(KINDS)}")
-    elif kind not in KINDS:
-        errors.append(f"{where}.kind: unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
-    for key in ("id", "statement", "source"):
-        v = claim.get(key)
-        if v is None:
-            errors.append(f"{where}.{key}: required")
-        elif not isinstance(v, str) or not v.strip():
-            errors.append(f"{where}.{key}: expected a non-empty string, got {v!r}")
-    cid = claim.get("id")
-    if isinstance(cid, str) and cid.strip() and not NAME_RE.match(cid):
-        errors.append(f"{where}.id: {cid!r} must be letters, digits, '_', '.', '+' or '-'")
-    metric = claim.get("metric", "best_val_loss")
-    if metric not in METRICS:
-        errors.append(f"{where}.metric: {metric!r} is not allowed; choose one of {', '.join(METRICS)}")
-    scales = claim.get("scales")
-    if scales is not None and (not isinstance(scales, list) or not scales
-                               or not all(isinstance(s, str) for s in scales)):
-        errors.append(f"{where}.scales: expected a non-empty list of scale names, got {scales!r}")
-        scales = None
-    if kind not in KINDS:
-        return None
-    needed = KIND_KEYS[kind]
-    allowed = COMMON + needed
-    for key in claim:
-        if key not in allowed:
-            errors.append(f"{where}.{key}: unknown key for kind {kind!r}; allowed keys are "
-                          f"{', '.join(sorted(allowed))}")
-    for key in needed:
-        if key not in claim:
-            errors.append(f"{where}.{key}: required for kind {kind!r}")
-    op = claim.get("op")
-    if "op" in needed and op is not None and op not in OPS:
-        errors.append(f"{where}.op: expected \"<\" or \">\", got {op!r} (with a continuous loss, "
-                      "<= and >= test the same thing)")
-    threshold = claim.get("threshold")
-    if "threshold" in needed and threshold is not None and (
-            not _is_number(threshold) or not math.isfinite(threshold)):
-        errors.append(f"{where}.threshold: expected a finite number (nats), got {threshold!r}")
-    if kind == "spread" and threshold is not None and _is_number(threshold) and threshold < 0:
-        errors.append(f"{where}.threshold: a spread is >= 0; got {threshold}")
-    reference = claim.get("reference")
-    if kind == "level" and reference is not None and not (
-            reference in REFERENCES or (_is_number(reference) and math.isfinite(reference))):
-        errors.append(f"{where}.reference: expected \"unigram\", \"bigram\" or a number (nats), "
-                      f"got {reference!r}")
-    cells: list = []
-    if kind == "spread":
-        raw = claim.get("cells")
-        if raw is not None and (not isinstance(raw, list) or len(raw) < 2):
-            errors.append(f"{where}.cells: a spread needs a list of at least 2 cells, got {raw!r}")
-        elif raw is not None:
-            cells = [_parse_cell(c, f"{where}.cells[{i}]", errors) for i, c in enumerate(raw)]
-    else:
-        names = ("a", "b") if kind == "difference" else ("a",)
-        cells = [_parse_cell(claim[k], f"{where}.{k}", errors) for k in names if k in claim]
-    # a claim with problems still goes back, marked invalid, so that the spec check can also look
-    # at its cells and scales and report every problem at once; only a valid one is evaluated
-    return {"id": cid, "statement": claim.get("statement"), "source": claim.get("source"), "kind": kind,
-            "metric": metric, "scales": scales, "op": op, "threshold": threshold,
-            "reference": reference, "cells": cells, "valid": len(errors) == n_before}
-
-
-def _resolve_key(key: str, axes: list[str]) -> list[str]:
-    """The grid axes a selector key names: its full dotted key, or the axis's last component."""
-    if key in axes:
-        return [key]
-    return [a for a in axes if a.rsplit(".", 1)[-1] == key]
-
-
-def _complete(resolved: list[dict]) -> tuple[list[dict], str | None]:
-    """Give every cell the axes other cells name when those agree (an axis one cell names and the
-    other leaves out means the same point for both); a disagreement is a problem to report."""
-    named = list(dict.fromkeys(a for cell in resolved for a in cell))
-    out = [dict(cell) for cell in resolved]
-    for axis in named:
-        values = [cell[axis] for cell in resolved if axis in cell]
-        if len(values) == len(resolved):
-            continue
-        if all(_same(v, values[0]) for v in values):
-            for cell in out:
-                cell.setdefault(axis, values[0])
-        else:
-            shown = ", ".join(dict.fromkeys(str(v) for v in values))
-            return out, (f"some cells name {axis} with different values ({shown}) and others leave it "
-                         f"out; name {axis} in every cell")
-    return out, None
-
-
-# ---- the spec check ----------------------------------------------------------------------------
-def _named_point_hint(key: str, value, grid: dict) -> str:
-    """For a key set inside named grid points (depth.L16 sets model.n_layer): which point to name."""
-    for axis, points in grid.items():
-        if not isinstance(points, dict):
-            continue
-        hits = [name for name, table in points.items() if isinstance(table, dict)
-                and any((k == key or k.rsplit(".", 1)[-1] == key) and _same(v, value)
-                        for k, v in _flatten(table).items())]
-        setters = [name for name, table in points.items() if isinstance(table, dict)
-                   and any(k == key or k.rsplit(".", 1)[-1] == key for k in _flatten(table))]
-        if hits:
-            return f" ({key} is set by the named axis {axis}: write {axis} = \"{hits[0]}\")"
-        if setters:
-            return f" ({key} is set by the named axis {axis}, whose points are {', '.join(points)})"
-    return ""
-
-
-def _claim_grid(spec, scales: list | None) -> dict:
-    """The grid a claim's cells name values of: the union of the grids of the scales it applies to
-    (a scale's [scale_grid] replaces [grid] there), so a claim for `scales = ["paper"]` may name a
-    depth only the paper scale runs."""
-    base = spec.grid if isinstance(spec.grid, dict) else {}
-    scale_grid = getattr(spec, "scale_grid", None) or {}
-    chosen = [s for s in (scales or list(spec.scales or {})) if s in (spec.scales or {})] or [None]
-    out: dict = {}
-    for s in chosen:
-        for axis, points in (scale_grid.get(s, base) if s is not None else base).items():
-            if isinstance(points, dict):
-                merged = out.setdefault(axis, {})
-                if isinstance(merged, dict):
-                    merged.update(points)
-            elif isinstance(points, list):
-                merged = out.setdefault(axis, [])
-                if isinstance(merged, list):
-                    merged.extend(v for v in points if not any(_same(v, w) for w in merged))
-    return out
-
-
-def resolve_cell_axes(cell_axes: dict, grid: dict, at: str, errors: list[str]) -> dict | None:
-    """A cell's axes ({key as written: value}) as {full grid axis: value}, each key resolved against
-    `grid` and each value checked to be one of its values or point names; None (its problems
-    appended to errors at `at`) when any is not."""
-    axes, named, ok = list(grid), {}, True
-    for key, value in cell_axes.items():
-        hit = _resolve_key(key, axes)
-        if not hit:
-            known = ", ".join(axes) or "none (this spec has no grid)"
-            errors.append(f"{at}.{key}: unknown grid axis; axes are {known}" + _named_point_hint(key, value, grid))
-            ok = False
-            continue
-        if len(hit) > 1:
-            errors.append(f"{at}.{key}: ambiguous: grid axes {' and '.join(hit)} both end in {key}; write the full key")
-            ok = False
-            continue
-        axis = hit[0]
-        if axis in named:
-            errors.append(f"{at}.{key}: grid axis {axis} is named twice")
-            ok = False
-            continue
-        points = grid[axis]
-        if isinstance(points, dict):
-            if not isinstance(value, str) or value not in points:
-                errors.append(f"{at}.{key}: {value!r} is not a point of the named grid axis {axis}; "
-                              f"points are {', '.join(points)}")
-                ok = False
-                continue
-        elif isinstance(points, list) and not any(_same(value, v) for v in points):
-            errors.append(f"{at}.{key}: {value!r} is not a value of grid axis {axis}; values are "
-                          f"{', '.join(str(v) for v in points)}")
-            ok = False
-            continue
-        named[axis] = value
-    return named if ok else None
-
-
-def selects(match: dict, variant: str, point: dict) -> bool:
-    """Whether a selector written as a claim's cell ({variant = ..., <axis> = <value>}, every key
-    optional) selects the row (variant, grid point {full axis: value or point name})."""
-    for key, want in _flatten(match).items():
-        if key == "variant":
-            if variant != want:
-                return False
-            continue
-        hit = _resolve_key(key, list(point))
-        if len(hit) != 1 or not _same(point[hit[0]], want):
-            return False
-    return True
-
-
-def check_claims(spec, errors: list[str]) -> None:
-    """Problems of the spec's [[claims]] entries, appended to errors at their path: unknown kinds,
-    missing or unknown fields, cells naming unknown variants, grid axes or values, unknown scales,
-    duplicate ids."""
-    claims = getattr(spec, "claims", None) or []
-    variants = ", ".join(sorted(spec.variants)) or "none declared"
-    seen: dict[str, int] = {}
-    for i, claim in enumerate(claims):
-        where = f"claims[{i}]"
-        cid = claim.get("id") if isinstance(claim, dict) else None
-        if isinstance(cid, str):
-            if cid in seen:
-                errors.append(f"{where}.id: duplicate id {cid!r} (also claims[{seen[cid]}])")
-            else:
-                seen[cid] = i
-        parsed = _parse(claim, where, errors)
-        if parsed is None:
-            continue
-        for j, s in enumerate(parsed["scales"] or []):
-            if spec.scales and s not in spec.scales:
-                errors.append(f"{where}.scales[{j}]: unknown scale {s!r}; scales are {', '.join(sorted(spec.scales))}")
-            elif not spec.scales:
-                errors.append(f"{where}.scales: this spec declares no scales; remove it")
-                break
-        grid = _claim_grid(spec, parsed["scales"])
-        if parsed["kind"] == "spread":
-            paths = [f"cells[{j}]" for j in range(len(parsed["cells"]))]
-        else:
-            paths = [k for k in ("a", "b") if k in claim]
-        resolved, ok = [], parsed["valid"]
-        for path, cell in zip(paths, parsed["cells"]):
-            at = f"{where}.{path}"
-            if cell is None:  # its problem is reported already
-                continue
-            if cell["variant"] not in spec.variants:
-                errors.append(f"{at}.variant: unknown variant {cell['variant']!r}; variants are {variants}")
-                ok = False
-            named = resolve_cell_axes(cell["axes"], grid, at, errors)
-            ok = ok and named is not None
-            resolved.append(named or {})
-        if not ok:
-            continue
-        completed, problem = _complete(resolved)
-        if problem:
-            errors.append(f"{where}: {problem}")
-            continue
-        for (pi, ci), (pj, cj) in itertools.combinations(zip(paths, zip(parsed["cells"], completed)), 2):
-            if ci[0]["variant"] == cj[0]["variant"] and set(ci[1]) == set(cj[1]) and all(
-                    _same(ci[1][k], cj[1][k]) for k in ci[1]):
-                errors.append(f"{where}.{pj}: the same cell as {pi} ({_cell_text(cj[0]['variant'], cj[1])}); "
-                              "a claim compares different cells")
-
 
 # ---- evaluation ---------------------------------------------------------------------------------
-def _cell_text(variant: str, axes: dict) -> str:
-    if not axes:
-        return variant
-    return f"{variant} (" + ", ".join(f"{k.rsplit('.', 1)[-1]} = {v}" for k, v in axes.items()) + ")"
-
-
 def _status(run: dict, metric: str) -> str:
     """'ok' (completed with a finite value), 'diverged' (diverged, or a non-finite value), 'missing'."""
     if run.get("status") == "diverged":
@@ -476,12 +103,12 @@ def run_fails(run: dict, metric: str, bigram: float | None) -> bool | None:
     return float(run[metric]) >= bigram
 
 
-def _select(cell: dict, rows: list[dict]) -> tuple[dict, str | None]:
+def _select(cell: Cell, rows: list[dict]) -> tuple[dict, str | None]:
     """The cell's axes resolved to the report rows' grid keys, or why they cannot be."""
     axes = list(dict.fromkeys(k for r in rows for k in (r.get("grid") or {})))
     named = {}
-    for key, value in cell["axes"].items():
-        hit = _resolve_key(key, axes)
+    for key, value in cell.axes.items():
+        hit = resolve_key(key, axes)
         if len(hit) != 1:
             return {}, (f"grid axis {key!r} is not in this report" if not hit
                         else f"grid axis {key!r} is ambiguous ({', '.join(hit)})")
@@ -496,7 +123,7 @@ def _units(cell_variant: str, named: dict, rows: list[dict]) -> tuple[dict, list
         grid = r.get("grid") or {}
         if r.get("variant") != cell_variant:
             continue
-        if not all(a in grid and _same(grid[a], v) for a, v in named.items()):
+        if not all(a in grid and same_value(grid[a], v) for a, v in named.items()):
             continue
         names.append(str(r.get("row", cell_variant)))
         free = tuple(sorted((k, str(v)) for k, v in grid.items() if k not in named))
@@ -577,6 +204,7 @@ def _dropped(p: dict, unit: str) -> str:
 
 
 def _result(c: dict, **kw) -> dict:
+    """A verdict with every field, from a claim's header (Claim.header) and what is known."""
     out = {"id": c["id"], "statement": c["statement"], "source": c["source"],
            "kind": c["kind"], "metric": c["metric"], "claim": None, "estimate": None,
            "ci_low": None, "ci_high": None, "test": None, "n": None, "t": None, "df": None, "p": None,
@@ -586,11 +214,11 @@ def _result(c: dict, **kw) -> dict:
     return out
 
 
-def _t_claim(claim: dict, expr: str, p: dict, test: str, unit: str, rows: list) -> dict:
+def _t_claim(claim: Claim, expr: str, p: dict, test: str, unit: str, rows: list) -> dict:
     """A difference or level claim from its values: the two one-sided t-tests, or why there are none.
     A tested claim's verdict waits for its Holm p (_decide_t); the others are decided here."""
-    op, c = claim["op"], float(claim["threshold"])
-    base = _result(claim, claim=f"{expr} {op} {c:g}", test=test, n=p["n"], rows=rows)
+    op, c = claim.op, float(claim.threshold)
+    base = _result(claim.header(), claim=f"{expr} {op} {c:g}", test=test, n=p["n"], rows=rows)
     dropped = _dropped(p, unit)
     if p["n"] < MIN_N:
         base["reason"] = (f"n = {p['n']} < {MIN_N}: no test and no verdict from fewer than {MIN_N} "
@@ -636,11 +264,11 @@ def _decide_t(r: dict) -> None:
     r["reason"] += dropped
 
 
-def _spread(claim: dict, cells: list[tuple[str, dict]], rows: list) -> dict:
-    op, c = claim["op"], float(claim["threshold"])
+def _spread(claim: Claim, cells: list[tuple[str, dict]], rows: list) -> dict:
+    op, c = claim.op, float(claim.threshold)
     names = [name for name, _ in cells]
-    base = _result(claim, claim=f"spread({', '.join(names)}) {op} {c:g}", rows=rows)
-    metric = claim["metric"]
+    base = _result(claim.header(), claim=f"spread({', '.join(names)}) {op} {c:g}", rows=rows)
+    metric = claim.metric
     means = []
     for _, units in cells:
         vals = list(_values(units, metric)[0].values())
@@ -681,10 +309,10 @@ def _spread(claim: dict, cells: list[tuple[str, dict]], rows: list) -> dict:
     return base
 
 
-def _fails(claim: dict, name: str, units: dict, reference: dict | None, rows: list) -> dict:
-    kind, metric = claim["kind"], claim["metric"]
+def _fails(claim: Claim, name: str, units: dict, reference: dict | None, rows: list) -> dict:
+    kind, metric = claim.kind, claim.metric
     bigram = (reference or {}).get("bigram")
-    bigram = float(bigram) if _is_number(bigram) and math.isfinite(bigram) else None
+    bigram = float(bigram) if is_number(bigram) and math.isfinite(bigram) else None
     failed = trained = unjudged = missing = 0
     for run in units.values():
         fails = run_fails(run, metric, bigram)
@@ -697,7 +325,7 @@ def _fails(claim: dict, name: str, units: dict, reference: dict | None, rows: li
         else:
             trained += 1
     n = failed + trained
-    base = _result(claim, claim=f"{name} {kind}", test="count of failed runs", n=n, rows=rows,
+    base = _result(claim.header(), claim=f"{name} {kind}", test="count of failed runs", n=n, rows=rows,
                    failed=failed)
     extra = "".join([f"; {missing} run(s) not completed, not counted" if missing else "",
                      f"; {unjudged} completed run(s) not judged: this report has no bigram level"
@@ -741,8 +369,8 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     out: list[dict] = []
     for i, raw in enumerate(claims or []):
         errors: list[str] = []
-        claim = _parse(raw, f"claims[{i}]", errors)
-        if claim is None or not claim["valid"]:
+        claim = parse_claim(raw, f"claims[{i}]", errors)
+        if claim is None or not claim.valid:
             scales = raw.get("scales") if isinstance(raw, dict) else None
             if isinstance(scales, list) and scale not in scales:
                 continue
@@ -752,7 +380,7 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
                                 "metric": get("metric", "best_val_loss")},
                                reason=f"the claim is malformed: {errors[0]}"))
             continue
-        if claim["scales"] is not None and scale not in claim["scales"]:
+        if claim.scales is not None and scale not in claim.scales:
             continue
         out.append(_evaluate_one(claim, rows, reference))
     tested = {str(k): r["p"] for k, r in enumerate(out) if r.get("p") is not None}
@@ -775,29 +403,29 @@ def _unsettle(r: dict, unheld: dict[str, str]) -> None:
                    f"{test_says}: {r.get('reason')})")
 
 
-def _evaluate_one(claim: dict, rows: list[dict], reference: dict | None) -> dict:
+def _evaluate_one(claim: Claim, rows: list[dict], reference: dict | None) -> dict:
     selected, problems = [], []
-    for cell in claim["cells"]:
+    for cell in claim.cells:
         named, problem = _select(cell, rows)
         if problem:
             problems.append(problem)
         selected.append(named)
     if problems:
-        return _result(claim, verdict=NOT_TESTED, reason=f"{problems[0]}: the claim cannot be tested here")
-    completed, problem = _complete(selected)
+        return _result(claim.header(), verdict=NOT_TESTED, reason=f"{problems[0]}: the claim cannot be tested here")
+    completed, problem = complete_cells(selected)
     if problem:
-        return _result(claim, reason=f"the claim is malformed: {problem}")
-    texts = [_cell_text(cell["variant"], named) for cell, named in zip(claim["cells"], completed)]
+        return _result(claim.header(), reason=f"the claim is malformed: {problem}")
+    texts = [cell_text(cell.variant, named) for cell, named in zip(claim.cells, completed)]
     units, row_names = [], []
-    for cell, named in zip(claim["cells"], completed):
-        u, names = _units(cell["variant"], named, rows)
+    for cell, named in zip(claim.cells, completed):
+        u, names = _units(cell.variant, named, rows)
         units.append(u)
         row_names.append(names)
     empty = [t for t, u in zip(texts, units) if not u]
     if empty:
-        return _result(claim, verdict=NOT_TESTED, rows=row_names,
+        return _result(claim.header(), verdict=NOT_TESTED, rows=row_names,
                        reason=f"no run of {', '.join(empty)} at this scale")
-    kind, metric = claim["kind"], claim["metric"]
+    kind, metric = claim.kind, claim.metric
     if kind == "difference":
         p = _pair(units[0], units[1], metric)
         if p["paired"]:
@@ -806,11 +434,11 @@ def _evaluate_one(claim: dict, rows: list[dict], reference: dict | None) -> dict
             test, unit = f"Welch t ({p['na']} vs {p['nb']} seeds)", "seed"
         return _t_claim(claim, f"{texts[0]} - {texts[1]}", p, test, unit, row_names)
     if kind == "level":
-        ref = claim["reference"]
+        ref = claim.reference
         if isinstance(ref, str):
             level = (reference or {}).get(ref)
-            if not _is_number(level) or not math.isfinite(level):
-                return _result(claim, claim=f"{texts[0]} - {ref} {claim['op']} {claim['threshold']:g}",
+            if not is_number(level) or not math.isfinite(level):
+                return _result(claim.header(), claim=f"{texts[0]} - {ref} {claim.op} {claim.threshold:g}",
                                rows=row_names, reason=f"this report has no {ref} level: the claim cannot be judged")
             label = f"{ref} ({float(level):.4f})"
         else:
@@ -863,9 +491,7 @@ def claim_blocks(report: dict) -> list[tuple]:
     claims = report.get("claims") or []
     if not claims:
         return []
-    from .render import is_result  # here: render imports this module for the report's blocks
-
-    if not is_result(report):
+    if not stats.is_result(report):
         return [("p", "smoke: not a result; no verdicts")]
     headers = ["claim", "statement", "source", "estimate", "95% interval", "test / n", "p (Holm)",
                "verdict", "reason"]

@@ -13,11 +13,11 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
     store folder (its only sweep, or --spec)."""
     from ..fileio import check_path_text
     from ..sweep.cli import readable_store
-    from ..sweep.spec import NAME_RE
+    from ..spec.schema import NAME_RE
 
     path = check_path_text(target, "SPEC_OR_STORE")
     if path.is_file():
-        from ..sweep.spec import load_spec
+        from ..spec.load import load_spec
 
         from types import SimpleNamespace
 

@@ -42,7 +42,7 @@ def _identity(folder: Path, config: dict) -> str:
         run_id = read_json(sweep, "sweep membership").get("id")
         if isinstance(run_id, str):
             return run_id
-    from ..sweep.spec import run_identity
+    from ..spec.expand import run_identity
     from ..train.config import build_run_config
 
     return run_identity(build_run_config(config, where=str(folder / "config.json")))

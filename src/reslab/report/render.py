@@ -2,7 +2,7 @@
 
 Both renderers walk the same list of blocks (_blocks), so the two documents carry the same content.
 The report dict (JSON-serializable; optional keys may be missing):
-    title, is_result (False at the smoke scale: build.is_result_scale), spec {name, description,
+    title, is_result (False at the smoke scale: spec.schema.is_result_scale), spec {name, description,
     scale, baseline, seeds}, generated, collapse_rule,
     reference {unigram, bigram, method, train_tokens, val_tokens[, note]} | None, reference_error,
     table [{variant, n, n_planned, best {n, mean, std, ci_low, ci_high, values}, final {...}, ppl,
@@ -27,6 +27,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ..fileio import write_json, write_text
+from . import claims, tuning
+from .stats import is_result
 
 DASH = "—"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
@@ -104,15 +106,6 @@ def _below_bigram(row: dict) -> str:
     if v is None:
         return DASH
     return f"{v:+.4f}" + (f" ({NOT_BEYOND_BIGRAM})" if row.get("not_learned_beyond_bigram") else "")
-
-
-def is_result(report: dict) -> bool:
-    """Whether the report may state results: its is_result, else the rule of its scale."""
-    if isinstance(report.get("is_result"), bool):
-        return report["is_result"]
-    from .build import is_result_scale  # here: build imports the sections that may import render
-
-    return is_result_scale((report.get("spec") or {}).get("scale"))
 
 
 def _diff(row: dict) -> str:
@@ -203,10 +196,6 @@ def _reference_text(report: dict) -> str | None:
 
 
 def _blocks(report: dict) -> list[tuple]:
-    # imported here: those sections are written against this module and may import it
-    from .claims import claim_blocks
-    from .tuning import lr_blocks
-
     result = is_result(report)
     b: list[tuple] = [("h1", report.get("title") or "Sweep report")]
     if not result:
@@ -216,7 +205,7 @@ def _blocks(report: dict) -> list[tuple]:
     b.append(("p", _spec_line(report)))
     if report.get("generated"):
         b.append(("p", f"Generated {report['generated']}."))
-    b += lr_blocks(report)
+    b += tuning.lr_blocks(report)
     b += [("h2", "Results"), _main_table(report)]
     b.append(("p", "Collapse rule: " + (report.get("collapse_rule") or "not given.")))
     reference = _reference_text(report)
@@ -234,7 +223,7 @@ def _blocks(report: dict) -> list[tuple]:
     else:
         b.append(("p", "No test, p-value or Hedges' g is given (the columns show —): at the smoke scale "
                        "nothing is a result."))
-    b += claim_blocks(report)
+    b += claims.claim_blocks(report)
     seeds = _seed_table(report)
     if seeds:
         b += [("h2", "Best val loss per seed"), seeds]

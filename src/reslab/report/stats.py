@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import scipy.stats
 
+from ..spec.schema import is_result_scale
+
 __all__ = [
     "COLLAPSE_RULE_TEXT",
     "UNIGRAM_LEVEL_TEXT",
@@ -29,6 +31,7 @@ __all__ = [
     "compare",
     "holm",
     "is_collapsed",
+    "is_result",
     "perplexity",
     "summarize",
     "t_interval",
@@ -310,3 +313,11 @@ def perplexity(loss: float | None) -> float | None:
         return float(math.exp(loss))
     except OverflowError:
         return math.inf
+
+
+def is_result(report: dict) -> bool:
+    """Whether a report may state results (tests, p-values, verdicts): its is_result, else the rule
+    of its scale (an older report without the key)."""
+    if isinstance(report.get("is_result"), bool):
+        return report["is_result"]
+    return is_result_scale((report.get("spec") or {}).get("scale"))

@@ -37,7 +37,9 @@ import math
 from pathlib import Path
 
 from ..errors import ReslabError
-from ..sweep.tune import grid_edge  # noqa: F401  (the report's and study_docs' name for it)
+from ..spec.rows import selects
+from ..spec.tune import grid_edge, pick, tune_name  # grid_edge: also the report's and study_docs' name for it
+from ..sweep.tune import folder_config
 from . import stats
 from .claims import run_fails
 
@@ -133,8 +135,6 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
     (as the sweep recorded it; recomputed by the same rule where the record has none). A row's values
     are the grid's and any it added beyond an end (tune.extend); "values" is their union. A row's
     "seeds" are tune.seeds unless a [[tune.rows]] entry gives it its own."""
-    from ..sweep.tune import pick, tune_name
-
     axis, metric, values = tune["axis"], tune.get("metric") or "best_val_loss", sorted(tune["values"])
     seeds = list(tune.get("seeds") or [])
     out = {"axis": axis, "metric": metric, "values": values, "seeds": seeds, "rows": [], "note": None,
@@ -175,9 +175,7 @@ def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> d
 def _own(tune: dict, variant, point: dict, key: str) -> list:
     """A row's own "values" (before any extension) or "seeds" from the first [[tune.rows]] entry of
     the recorded spec that selects it; [] where that entry gives none or none selects it, so the
-    caller falls back to [tune]'s (sweep/tune.py's row_values and row_seeds, on the record)."""
-    from .claims import selects
-
+    caller falls back to [tune]'s (reslab.spec.tune's row_values and row_seeds, on the record)."""
     for entry in tune.get("rows") or []:
         if isinstance(entry, dict) and isinstance(entry.get("match"), dict) and selects(entry["match"], variant, point):
             return list(entry.get(key) or [])
@@ -264,8 +262,6 @@ def _save(fig, path: Path) -> bool:
 # ---- sensitivity -----------------------------------------------------------------------------------
 def _unigram_cap(cells: list[dict]) -> float | None:
     """The unigram entropy (nats) of the training split of the cells' runs' data, or None."""
-    from ..sweep.tune import folder_config
-
     for cell in cells:
         for run in cell.get("runs") or []:
             config = folder_config(run["path"]) if run.get("path") else None

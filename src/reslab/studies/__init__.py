@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ReslabError
+from ..spec.load import load_spec
+from ..spec.schema import SweepSpec
 
 STUDY_DIR = Path(__file__).resolve().parent
 ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
@@ -26,7 +28,5 @@ def study_path(name: str) -> Path:
     return path
 
 
-def load_study(name: str):
-    from ..sweep.spec import load_spec
-
+def load_study(name: str) -> SweepSpec:
     return load_spec(study_path(name))

@@ -35,7 +35,7 @@ def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, exte
 
 
 def cmd_study_list(args) -> None:
-    from ..sweep.tune import most_extension_runs
+    from ..spec.tune_plan import most_extension_runs
 
     for name in study_names():
         spec = _load(name)
@@ -89,7 +89,8 @@ def cmd_study_run(args) -> int:
     from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
     from ..sweep.store import Store
-    from ..sweep.tune import all_planned, check_override_conflict, most_extension_runs, tune_name, tuning_runs
+    from ..spec.tune import tune_name
+    from ..spec.tune_plan import all_planned, check_override_conflict, most_extension_runs, tuning_runs
 
     spec = _load(args.name)
     scale = args.scale if args.scale is not None else (spec.default_scales or list(spec.scales))[0]
@@ -129,8 +130,8 @@ def summary_lines(report: dict) -> list[str]:
     """The report's main table as plain text for the terminal (the full report is in its folder).
     below bigram = bigram reference level - mean best val loss; "(not beyond bigram)" marks a row
     at or above it. A report at the smoke scale says first that it is not a result."""
-    from ..report.build import NOT_A_RESULT
-    from ..report.render import is_result
+    from ..report.stats import is_result
+    from ..spec.schema import NOT_A_RESULT
 
     def loss(x):
         return "-" if x is None else f"{x:.4f}"

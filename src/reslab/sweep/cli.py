@@ -67,7 +67,7 @@ def check_spec_record(store, name: str) -> None:
     from ..errors import ConfigError
     from ..fileio import read_json
     from ..typed import from_dict
-    from .spec import SweepSpec
+    from ..spec.schema import SweepSpec
 
     path = store.specs_dir / f"{name}.json"
     if not path.exists():
@@ -124,7 +124,7 @@ def check_data_files(cfg) -> None:
 
 
 def _spec(args):
-    from .spec import load_spec
+    from ..spec.load import load_spec
 
     spec = load_spec(args.spec)
     return apply_run_options(spec, args)
@@ -133,7 +133,8 @@ def _spec(args):
 def apply_run_options(spec, args):
     """--seeds N and --set KEY=VALUE (applied to every run) of `sweep run|plan` and `study run`."""
     from ..cli import parse_set
-    from .spec import with_overrides, with_seeds
+    from ..spec.expand import with_seeds
+    from ..spec.grid import with_overrides
 
     if getattr(args, "set", None):
         spec = with_overrides(spec, parse_set(args.set))
@@ -143,7 +144,8 @@ def apply_run_options(spec, args):
 def cmd_sweep_run(args) -> int:
     from .runner import run_sweep
     from .store import Store
-    from .tune import all_planned, check_override_conflict, tune_name
+    from ..spec.tune import tune_name
+    from ..spec.tune_plan import all_planned, check_override_conflict
 
     spec = _spec(args)
     check_override_conflict(spec, args.scale)
@@ -165,10 +167,12 @@ def cmd_sweep_run(args) -> int:
 
 def cmd_sweep_plan(args) -> None:
     from .runner import plan_status
-    from .spec import expand
+    from ..spec.expand import expand
+    from ..spec.more_seeds import comparison_seeds
+    from ..spec.tune import tune_name, values_text
+    from ..spec.tune_plan import check_override_conflict, tuning_runs
     from .store import Store
-    from .more_seeds import comparison_seeds
-    from .tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
+    from .tune import plan
 
     spec = _spec(args)
     store = Store(readable_store(args))

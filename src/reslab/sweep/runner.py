@@ -8,7 +8,7 @@
                      by default on GPUs only (--stack auto), up to --stack-size seeds per worker
     slurm executor:  one array task per run through submitit (see executors.py)
     [tune]:          a scale that tunes first trains the tuning sweep <spec>.tune, then each row's
-                     comparison runs at the value it chose (two phases of the above; sweep/tune.py)
+                     comparison runs at the value it chose (two phases of the above; spec/tune.py, sweep/tune.py)
 
 Only this orchestrating process writes the index. Workers die with it (lifetime.py), and a
 run folder is locked while trained, so a killed-and-restarted sweep never trains a run twice at once.
@@ -26,10 +26,13 @@ from pathlib import Path
 
 from ..errors import ReslabError
 from ..progress import _duration
-from .spec import PlannedRun, SweepSpec, chosen_scales, expand
+from ..spec.expand import PlannedRun, chosen_scales, expand
+from ..spec.schema import SweepSpec
+from ..spec.tune_plan import check_override_conflict, tuning_runs, tuning_spec
 from ..train.run_folder import RunFolder
 from .lifetime import worker_popen_kwargs
 from .store import FINISHED, Store, run_row_from_folder
+from .tune import choice_line, extension_line, tuned_values, tuning_plan
 from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
 
 
@@ -37,7 +40,7 @@ from .worker import EXIT_BUSY, EXIT_COMPLETED, EXIT_DIVERGED
 class SweepResult:
     planned: int                       # runs of every phase (tuning and comparison)
     skipped: int = 0                   # already finished before this invocation
-    tuning: int = 0                    # of them, [tune] runs (sweep/tune.py)
+    tuning: int = 0                    # of them, [tune] runs (spec/tune_plan.py)
     statuses: dict = field(default_factory=dict)   # run id -> completed / diverged / failed
     wall_s: float = 0.0
 
@@ -218,11 +221,9 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
               stack_size: int = 8) -> SweepResult:
     """Train every unfinished run of `spec` into `store`; returns what happened to each.
 
-    A scale with a [tune] table runs in two phases (sweep/tune.py): first the tuning sweep
+    A scale with a [tune] table runs in two phases (spec/tune.py): first the tuning sweep
     <spec>.tune, then each row's chosen value is recorded and the comparison runs are trained at it.
     The result counts the runs of both phases."""
-    from .tune import check_override_conflict, choice_line, extension_line, tuned_values, tuning_plan, tuning_runs, tuning_spec
-
     if jobs is not None and jobs < 1:  # checked before anything is written
         raise ReslabError(f"--jobs: must be at least 1, got {jobs}")
     if stack not in STACK_MODES:

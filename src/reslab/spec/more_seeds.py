@@ -20,16 +20,13 @@ each on its own seeds), as report/claims.py does for any two cells whose seeds d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Union
 
-
-@dataclass(frozen=True)
-class MoreSeeds:
-    """One [[more_seeds]] entry: the rows `match` selects also train on `seeds`."""
-    match: dict
-    seeds: list[int]
-    scales: Optional[list[str]] = None  # the scales it applies to (default: every scale)
+from .grid import grid_points
+from .rows import check_row_match, claim_grid
+from .rows import selects as cell_selects
+from .schema import MoreSeeds, check_seed_list
+from .tune import all_tuning_seeds
 
 
 def _variant_ok(want: Union[str, list], variant: str) -> bool:
@@ -38,8 +35,6 @@ def _variant_ok(want: Union[str, list], variant: str) -> bool:
 
 def selects(entry: MoreSeeds, scale: str, variant: str, point: dict) -> bool:
     """Whether the entry selects the row (variant, grid point) at `scale`."""
-    from ..report.claims import selects as cell_selects
-
     if entry.scales is not None and scale not in entry.scales:
         return False
     rest = {k: v for k, v in entry.match.items() if k != "variant"}
@@ -67,17 +62,10 @@ def all_extra_seeds(spec) -> list[int]:
 def check_more_seeds(spec, errors: list[str]) -> None:
     """Problems of the [[more_seeds]] entries, one line each at their path: an empty or unknown
     selector, unknown scales, a bad seed list, a seed that is also a spec seed or a tuning seed."""
-    from ..report.claims import _claim_grid
-    from .spec import check_seed_list
-
-    tuning = set()
-    if spec.tune is not None:
-        from .tune import all_tuning_seeds
-
-        tuning = set(all_tuning_seeds(spec.tune))
+    tuning = set(all_tuning_seeds(spec.tune)) if spec.tune is not None else set()
     for i, entry in enumerate(spec.more_seeds):
         where = f"more_seeds[{i}]"
-        check_row_match(spec, entry.match, f"{where}.match", _claim_grid(spec, entry.scales), errors,
+        check_row_match(spec, entry.match, f"{where}.match", claim_grid(spec, entry.scales), errors,
                         empty="name the rows that need more seeds (a variant and/or grid points, e.g. "
                               "{ n_layer = 6 }), or add the seeds to `seeds` for every row", lists=True)
         for s in entry.scales or []:
@@ -95,27 +83,6 @@ def check_more_seeds(spec, errors: list[str]) -> None:
                 errors.append(f"{where}.seeds: {shared} are also {name}")
 
 
-def check_row_match(spec, match: dict, where: str, grid: dict, errors: list[str], empty: str,
-                    lists: bool = False) -> None:
-    """Problems of a row selector (a [[more_seeds]] or [[tune.rows]] entry's match), written as a
-    claim's cell: empty, an unknown variant (or, with `lists`, an empty list of them), grid axes or
-    values that `grid` does not have."""
-    from ..report.claims import resolve_cell_axes
-
-    if not match:
-        errors.append(f"{where}: empty; {empty}")
-    want = match.get("variant")
-    if isinstance(want, list) and not lists:
-        errors.append(f"{where}.variant: name one variant here (one entry per variant), got a list")
-    else:
-        known = ", ".join(sorted(spec.variants)) or "none declared"
-        for name in (want if isinstance(want, list) else [] if want is None else [want]):
-            if not isinstance(name, str) or name not in spec.variants:
-                errors.append(f"{where}.variant: unknown variant {name!r}; variants are {known}")
-        if isinstance(want, list) and not want:
-            errors.append(f"{where}.variant: an empty list selects no row; name at least one variant")
-    resolve_cell_axes({k: v for k, v in match.items() if k != "variant"}, grid, where, errors)
-
 
 def _named_already(errors: list[str], where: str) -> bool:
     """Whether an earlier line already names this entry's match (then 'selects no row' would repeat it)."""
@@ -124,14 +91,12 @@ def _named_already(errors: list[str], where: str) -> bool:
 
 def _rows(spec, scales: Optional[list[str]]):
     """(scale, variant, grid point) of every row the spec runs at `scales` (default: every scale)."""
-    from .spec import _grid_points
-
     for scale in scales or list(spec.scales) or [""]:
         for variant in spec.variants:
             if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
                 continue
             grid = spec.scale_grid.get(scale, spec.grid)
-            for point, _ in _grid_points(grid) if grid else [({}, {})]:
+            for point, _ in grid_points(grid) if grid else [({}, {})]:
                 yield scale, variant, point
 
 
