@@ -40,11 +40,17 @@ STACK = {"model.dropout": 0.0, "train.steps": 20}
 
 
 def curves(run: Path) -> dict:
-    """Every logged train loss, grad norm and val loss, in step order."""
+    """Every logged train loss, grad norm and val loss: key -> {step: value}. The file's steps must
+    rise row by row, so a resume that appended without cutting back cannot hide in the dict."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {"train_loss": {r["step"]: r["train_loss"] for r in rows if "train_loss" in r},
-            "grad_norm": {r["step"]: r["grad_norm"] for r in rows if "grad_norm" in r},
-            "val_loss": {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}}
+    out = {}
+    for key in ("train_loss", "grad_norm", "val_loss"):
+        pairs = [(r["step"], r[key]) for r in rows if key in r]
+        steps = [step for step, _ in pairs]
+        if steps != sorted(set(steps)):
+            raise AssertionError(f"{run}/metrics.jsonl: {key} steps out of order or repeated: {steps}")
+        out[key] = dict(pairs)
+    return out
 
 
 def config(tmp: Path, overrides: dict):

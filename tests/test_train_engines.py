@@ -22,7 +22,6 @@ from reslab.train.run_folder import RunFolder
 from tests.make_engine_golden import GOLDEN, INTERRUPT_AFTER, SINGLE, config, curves, run_single, run_stack
 from tests.train_helpers import tiny_run, write_corpus
 
-
 GOLD = json.loads(GOLDEN.read_text())
 _KEYS = ("train_loss", "grad_norm", "val_loss")
 # Bit for bit holds on the arithmetic that recorded the file (docs/training.md, "What bit-exact
@@ -55,15 +54,15 @@ def test_stacked_seeds_match_their_golden_separate_runs(tmp_path):
     stack = GOLD["stacked"]
     got = run_stack(tmp_path)
     for s in map(str, stack["seeds"]):
-        stacked, separate = _jsonable(got["stacked"][s]), stack["separate"][s]
+        together, separate = _jsonable(got["stacked"][s]), stack["separate"][s]
         # the separate runs are single runs, and the stack computes as it did: both exact
         for mine, want in ((got["separate"][s], separate), (got["stacked"][s], stack["stacked"][s])):
             mine = _jsonable(mine)
             assert all(_same(mine[key][step], want[key][step]) for key in _KEYS for step in want[key]), s
         for key, rel, abs_ in (("train_loss", 1e-4, 1e-4), ("val_loss", 1e-4, 1e-4), ("grad_norm", 1e-3, 1e-4)):
-            assert list(stacked[key]) == list(separate[key]), (s, key)
+            assert list(together[key]) == list(separate[key]), (s, key)
             for step, value in separate[key].items():
-                assert stacked[key][step] == pytest.approx(value, rel=rel, abs=abs_), (s, key, step)
+                assert together[key][step] == pytest.approx(value, rel=rel, abs=abs_), (s, key, step)
 
 
 # ---- the schedule's fixes ---------------------------------------------------------------------------
