@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
+from .model.config import ModelConfig
 from .errors import ConfigError, ReslabError
 from .fileio import atomic_path, read_json, write_json
 from .model.gpt import GPT

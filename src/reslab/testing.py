@@ -29,7 +29,7 @@ import typing
 import warnings
 from pathlib import Path
 
-from .config import ModelConfig
+from .model.config import ModelConfig
 from .errors import ConfigError
 
 ALL_CHECKS = ("build", "meta", "determinism", "save-load", "vmap", "options", "stacked", "train")

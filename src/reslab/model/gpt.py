@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from .config import ModelConfig
 from .attention import AttentionCarry
 from .blocks.depth import DepthState, DepthStream
 from .blocks.hyper import HyperStream

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-from ..config import ModelConfig, check_shapes, raise_if
+from .config import ModelConfig, check_shapes, raise_if
 from ..errors import ConfigError, ReslabError
 from ..typed import from_dict
 from .design import ALL_NORMS, NORMED, STREAM_KINDS, Design

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import ModelConfig
+from .config import ModelConfig
 from .design import ALL_NORMS
 from .options import (AttnResOptions, DenseFormerOptions, FracOptions, LaurelOptions, NormFormerOptions,
                       ParallelOptions, SpeedrunOptions)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..config import ModelConfig
+from ..model.config import ModelConfig
 from ..data.config import DataConfig
 from ..data.config import check as check_data
 from ..errors import ConfigError, ReslabError

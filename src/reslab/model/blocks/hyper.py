@@ -75,7 +75,7 @@ import math
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..norms import make_norm
 from . import base
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from . import base
 

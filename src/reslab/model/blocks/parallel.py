@@ -18,7 +18,7 @@ Options ([model.options]): shared_norm. Peers: litgpt `parallel_residual = True`
 
 from __future__ import annotations
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from . import base
 

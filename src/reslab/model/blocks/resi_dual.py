@@ -8,7 +8,7 @@ xd the plain sum of every branch output (pre-ln's stream), scaled by s to stay i
 
 from __future__ import annotations
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from . import base
 
 
