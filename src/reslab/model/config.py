@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from ..errors import ConfigError
 from .prores import SCHEDULE_NAMES
+from .spellings import upgrade
 from ..typed import Typed
 
 Norm = Literal["layernorm", "rmsnorm", "dyt", "none"]
@@ -57,10 +58,6 @@ class ModelConfig(Typed):
     embed_norm: Optional[bool] = None     # a norm on the embedding (peri-ln default: on)
     shaped_attention: Optional[bool] = None  # beta*softmax + alpha*I - gamma*C (sas, sas-p)
     vp_identity: Optional[bool] = None       # value and projection fixed to identity (sas, sas-p)
-    norm_free: bool = False           # sas / sas-p: drop every norm except the first layer's
-    sas_ff_gain: float = 0.1          # sas / sas-p: initial b_FF, the trainable MLP-branch gain
-    resi_dual_scale: float = 1.0      # resi-dual: s, bounds the dual stream for fp16; no effect on f32
-    mix_ln_post_layers: Optional[int] = None  # mix-ln: how many first layers are post-ln (ceil(L/4))
 
     # ---- Zoo II (issue 9) ------------------------------------------------------------------------
     # Learned scales, named by WHAT they multiply, at every residual point of the design:
@@ -71,15 +68,9 @@ class ModelConfig(Typed):
     branch_scale: Optional[LearnedScale] = None   # design default: none (layerscale: channel)
     branch_scale_init: Optional[float] = None     # default 1.0 (layerscale: CaiT's eps by depth)
     dyt_alpha: float = 0.5            # norm = "dyt": y = gamma * tanh(alpha * x) + beta, alpha's init
-    gate_bias: float = 2.0            # gated (GTrXL): the update gate's bias b_g (identity-leaning at init)
     value_residual: bool = False      # ResFormer: layer l > 1 mixes its values with layer 1's
     value_residual_init: float = 0.5  # ResFormer: both mixing weights at init (learned)
     residual_attention: bool = False  # RealFormer: pre-softmax scores carried from layer to layer
-    hyper_streams: int = 4            # hyper-connections: n parallel residual streams
-    hyper_mixing: Literal["free", "sinkhorn"] = "free"  # sinkhorn: mHC's doubly stochastic stream mixing
-    hyper_dynamic: bool = False       # hyper-connections: weights also depend on the input (DHC)
-    sinkhorn_iters: int = 20          # Sinkhorn-Knopp iterations for hyper_mixing = "sinkhorn"
-    ngpt_alpha_init: float = 0.05     # nGPT: the eigen learning rates alpha_A, alpha_M at init
     # ---- Zoo III (issue 17) -----------------------------------------------------------------------
     qk_norm: bool = False             # RMSNorm (a gain per head channel) on every head's queries and keys
     # At every residual point: "add" x + F; "orthogonal" x + F - (<F, x> / <x, x>) x, the branch's
@@ -96,8 +87,14 @@ class ModelConfig(Typed):
     # Per-layer design overrides: layers (counted from 1) -> design, e.g. {"1-3" = "post-ln", "12" = "sandwich-ln"}.
     layer_designs: dict[str, str] = field(default_factory=dict)
     # The design's own hyperparameters ([model.options]), checked against the options dataclass it
-    # registered (reslab.register_design); blocks read them with reslab.design_options(cfg).
+    # registered (reslab.register_design); blocks read them with reslab.design_options(cfg, layer).
+    # With layer_designs, the table holds the options of every design the model uses.
     options: dict = field(default_factory=dict)
+
+    @classmethod
+    def upgrade_keys(cls, data: dict, prefix: str, errors: list[str]) -> dict:
+        """Design hyperparameters that were [model] fields (model.gate_bias, ...) move to options."""
+        return upgrade(data, prefix or "model", errors)
 
     @property
     def head_dim(self) -> int:
@@ -121,8 +118,6 @@ MAX_SIZES = {
     "block_size": 2**20,
 }
 MAX_MLP_RATIO = 1024.0
-MAX_HYPER_STREAMS = 64       # hyper-connections use n = 2..8
-MAX_SINKHORN_ITERS = 10_000
 
 
 def _choice_errors(cfg: ModelConfig, prefix: str) -> list[str]:
@@ -166,7 +161,7 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
         errors.append(f"{prefix}.mlp_ratio: must be in (0, {MAX_MLP_RATIO:g}], got {cfg.mlp_ratio}")
     elif 1 <= cfg.n_embd <= MAX_SIZES["n_embd"] and cfg.mlp_hidden < 1:
         errors.append(f"{prefix}.mlp_ratio: {cfg.mlp_ratio} * n_embd={cfg.n_embd} leaves the MLP no hidden unit")
-    for name in ("norm_eps", "init_std", "rope_base", "resi_dual_scale", "dyt_alpha", "ngpt_alpha_init"):
+    for name in ("norm_eps", "init_std", "rope_base", "dyt_alpha"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{prefix}.{name}: must be positive, got {getattr(cfg, name)}")
     if not (cfg.branch_gain > 0 and cfg.branch_gain < float("inf")):
@@ -178,10 +173,6 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
         errors.append(f"{prefix}.prores_warmup: must be >= 0, got {cfg.prores_warmup}")
     if cfg.branch_scale_init is not None and not abs(cfg.branch_scale_init) < float("inf"):
         errors.append(f"{prefix}.branch_scale_init: must be a finite number, got {cfg.branch_scale_init}")
-    if not 1 <= cfg.hyper_streams <= MAX_HYPER_STREAMS:
-        errors.append(f"{prefix}.hyper_streams: must be in 1..{MAX_HYPER_STREAMS}, got {cfg.hyper_streams}")
-    if not 1 <= cfg.sinkhorn_iters <= MAX_SINKHORN_ITERS:
-        errors.append(f"{prefix}.sinkhorn_iters: must be in 1..{MAX_SINKHORN_ITERS:,}, got {cfg.sinkhorn_iters}")
     errors += _layer_design_keys(cfg, prefix)
     return errors
 

@@ -152,10 +152,14 @@ def get_design(name: str) -> Design:
     return DESIGNS[name]
 
 
-def design_options(cfg: ModelConfig):
-    """The design's own hyperparameters ([model.options]) as its options dataclass (None if it has none)."""
-    d = get_design(cfg.design)
-    return None if d.options is None else from_dict(d.options, dict(cfg.options), "model.options")
+def design_options(cfg: ModelConfig, layer: int | None = None):
+    """The own hyperparameters ([model.options]) of the model's design, or of layer `layer`'s (counted
+    from 1; a per-layer design's), as its options dataclass (None if it has none)."""
+    d = get_design(cfg.design) if layer is None else layer_design(cfg, layer)
+    if d.options is None:
+        return None
+    own = {f.name for f in dataclasses.fields(d.options)}  # the table also holds other layers' designs' options
+    return from_dict(d.options, {k: v for k, v in cfg.options.items() if k in own}, "model.options")
 
 
 def _join(names: list[str]) -> str:
@@ -292,9 +296,6 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
                 errors.append(f"model.layer_designs: layer {layer} is {name}, which has no learned skip / branch "
                               f"scales (skip_scale / branch_scale); choose one of {_names('learned_scales')}")
                 break
-    if cfg.norm == "dyt" and cfg.resi_dual_scale != 1.0:
-        errors.append("model.resi_dual_scale: s relies on N(s*z) = N(z), which DyT (not scale-invariant) "
-                      "breaks; use norm = 'layernorm' or 'rmsnorm', or s = 1")
     if given.branch_scale_init not in (None, 1.0) and cfg.branch_scale == "none":  # 1.0: already resolved
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
     if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
@@ -356,19 +357,34 @@ def layer_design(cfg: ModelConfig, layer: int) -> Design:
 
 
 def _resolved_options(cfg: ModelConfig, d: Design, errors: list[str]) -> dict:
-    """[model.options] checked against the design's options dataclass, with its defaults filled in."""
-    if d.options is None:
+    """[model.options] checked against the options dataclasses of the designs the model uses (its
+    design and its per-layer designs), with their defaults filled in."""
+    layer_names = [n for n in dict.fromkeys(parse_layer_designs(cfg)[0].values()) if n != d.name]
+    used = [x for x in [d] + [DESIGNS[n] for n in layer_names] if x.options is not None]
+    if not used:
         if cfg.options:
             errors.append(f"model.options: {d.name} has no options of its own; remove "
                           f"{', '.join(sorted(cfg.options))}")
         return dict(cfg.options)
-    try:
-        return dataclasses.asdict(from_dict(d.options, dict(cfg.options), "model.options"))
-    except ConfigError as e:
-        errors.extend(e.errors)
-    except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
-        errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
-    return dict(cfg.options)
+    fields_of = {x.name: {f.name for f in dataclasses.fields(x.options)} for x in used}
+    known = set().union(*fields_of.values())
+    for key in sorted(set(cfg.options) - known):
+        errors.append(f"model.options.{key}: unknown key; allowed keys are {', '.join(sorted(known))}")
+    resolved: dict = {}
+    for x in used:
+        try:
+            opts = from_dict(x.options, {k: v for k, v in cfg.options.items() if k in fields_of[x.name]},
+                             "model.options")
+        except ConfigError as e:
+            errors.extend(e.errors)
+            continue
+        except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
+            errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
+            continue
+        if hasattr(opts, "filled"):  # defaults that depend on the rest of the config (mix-ln's post_layers)
+            opts = opts.filled(cfg)
+        resolved.update(dataclasses.asdict(opts))
+    return resolved if not errors else dict(cfg.options)
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:

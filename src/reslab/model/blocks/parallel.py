@@ -28,7 +28,7 @@ class ParallelBlock(base.Block):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        self.shared_norm = design_options(cfg).shared_norm
+        self.shared_norm = design_options(cfg, layer).shared_norm
         self.norm1, self.attn = base.norm(cfg), base.attention(cfg, layer)
         self.norm2 = None if self.shared_norm else base.norm(cfg)
         self.mlp = base.mlp(cfg)
