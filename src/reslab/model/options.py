@@ -59,7 +59,7 @@ class NGPTOptions:
 
 @dataclass(frozen=True)
 class SASOptions:
-    norm_free: bool = False        # drop every norm except the first layer's (and the final one)
+    norm_free: bool = False        # drop every norm except the first layer's (the final norm too)
     ff_gain: float = 0.1           # initial b_FF, the trainable MLP-branch gain
 
 

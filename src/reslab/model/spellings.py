@@ -61,10 +61,10 @@ def upgrade(table: dict, prefix: str, errors: list[str]) -> dict:
     for key in old:
         designs, new = MOVED[key]
         value = table[key]
-        owned = present is None or bool(present & set(designs))
+        owned = present is not None and bool(present & set(designs))
         if not owned and value == OLD_DEFAULTS[key]:
-            continue
-        if not owned:
+            continue  # the option's default: what a stored config of another design holds
+        if present is not None and not owned:
             errors.append(f"{prefix}.{key}: only {' and '.join(designs)} take{'s' * (len(designs) == 1)} it "
                           f"(now {prefix}.options.{new}); not {table['design']}")
         elif new in options and options[new] != value:
@@ -72,7 +72,8 @@ def upgrade(table: dict, prefix: str, errors: list[str]) -> dict:
                           f"{prefix}.{key} is the old spelling of {prefix}.options.{new}, keep that one only")
         else:
             options[new] = value
-            _tell(f"reslab: {prefix}.{key} is now {prefix}.options.{new}")
+            if owned:  # a table without its design (a sweep's override) is told when the run's config is read
+                _tell(f"reslab: {prefix}.{key} is now {prefix}.options.{new}")
     if options or "options" in table:
         out["options"] = options
     return out

@@ -156,7 +156,8 @@ register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
 # ---- Zoo III (issue 17): the parallel block (blocks/parallel.py) ----
 register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
                 formula="x = x + A(N1(x)) + M(N2(x)); options.shared_norm: x = x + A(N(x)) + M(N(x))",
-                reference="Wang & Komatsuzaki 2021 (GPT-J); Chowdhery et al. 2022 (PaLM)",
+                reference="Black et al. 2022 (GPT-NeoX-20B); options.shared_norm: Wang & Komatsuzaki 2021 "
+                          "(GPT-J), Chowdhery et al. 2022 (PaLM)",
                 options=ParallelOptions,
                 partial_residual=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True)
 

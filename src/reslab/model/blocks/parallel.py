@@ -1,6 +1,6 @@
 """The parallel block (GPT-J, PaLM, GPT-NeoX): attention and MLP read the same input, side by side.
 
-    parallel                  x = x + A(N1(x)) + M(N2(x))
+    parallel                  x = x + A(N1(x)) + M(N2(x))      (GPT-NeoX: two norms per layer)
     shared_norm = true        x = x + A(N(x))  + M(N(x))       (GPT-J, PaLM: one norm per layer)
 
     x ──┬───────────────────────────(+)──>
