@@ -59,7 +59,7 @@ class ModelConfig(Typed):
     shaped_attention: Optional[bool] = None  # beta*softmax + alpha*I - gamma*C (sas, sas-p)
     vp_identity: Optional[bool] = None       # value and projection fixed to identity (sas, sas-p)
 
-    # ---- Zoo II (issue 9) ------------------------------------------------------------------------
+    # ---- learned scales, DyT, what attention carries from layer to layer --------------------------
     # Learned scales, named by WHAT they multiply, at every residual point of the design:
     #   skip_scale    x = s * x + F(...)     s learned, 1 at init       (scales the SKIP)
     #   branch_scale  x = x + a * F(...)     a learned, branch_scale_init at init (scales the BRANCH)
@@ -71,7 +71,7 @@ class ModelConfig(Typed):
     value_residual: bool = False      # ResFormer: layer l > 1 mixes its values with layer 1's
     value_residual_init: float = 0.5  # ResFormer: both mixing weights at init (learned)
     residual_attention: bool = False  # RealFormer: pre-softmax scores carried from layer to layer
-    # ---- Zoo III (issue 17) -----------------------------------------------------------------------
+    # ---- QK-norm, the residual update, exclusive self-attention, stochastic depth ------------------
     qk_norm: bool = False             # RMSNorm (a gain per head channel) on every head's queries and keys
     # At every residual point: "add" x + F; "orthogonal" x + F - (<F, x> / <x, x>) x, the branch's
     # component along the stream removed (Oh et al. 2025, orthogonal residual update).
