@@ -48,8 +48,8 @@ BASELINE = "pre-ln"
 
 # Extra rows: label -> (design, config overrides).
 EXTRAS = {
-    "sas (norm_free)": ("sas", {"norm_free": True}),
-    "sas-p (norm_free)": ("sas-p", {"norm_free": True}),
+    "sas (norm_free)": ("sas", {"options": {"norm_free": True}}),
+    "sas-p (norm_free)": ("sas-p", {"options": {"norm_free": True}}),
     "pre-ln + prores linear": ("pre-ln", {"prores": "linear"}),
     "pre-ln attn-only": ("pre-ln", {"ffn_res": False}),
     # learned scales, reordered norm, gated residual, hyper-connections, nGPT
@@ -57,8 +57,8 @@ EXTRAS = {
     "pre-ln + skip & branch scales": ("pre-ln", {"skip_scale": "channel", "branch_scale": "channel"}),
     "pre-ln + value residual": ("pre-ln", {"value_residual": True}),
     "pre-ln + residual attention": ("pre-ln", {"residual_attention": True}),
-    "hyper-connections (dynamic)": ("hyper-connections", {"hyper_dynamic": True}),
-    "hyper-connections (mHC)": ("hyper-connections", {"hyper_mixing": "sinkhorn", "hyper_dynamic": True}),
+    "hyper-connections (dynamic)": ("hyper-connections", {"options": {"dynamic": True}}),
+    "hyper-connections (mHC)": ("hyper-connections", {"options": {"mixing": "sinkhorn", "dynamic": True}}),
     # mixing across depth, the parallel block, the speedruns' skips; bench/bench_depth_memory.py measures their memory against depth
     "parallel (shared norm)": ("parallel", {"options": {"shared_norm": True}}),
     "denseformer (dilation 2)": ("denseformer", {"options": {"dilation": 2}}),
@@ -134,7 +134,7 @@ def build_row(label: str, design: str, overrides: dict, base: dict, setup: Setup
     c = model.config
     row.resolved = {"norm": c.norm, "mlp": c.mlp, "bias": c.bias, "init": c.init, "attn_res": c.attn_res,
                     "ffn_res": c.ffn_res, "shaped_attention": c.shaped_attention,
-                    "vp_identity": c.vp_identity, "norm_free": c.norm_free, "prores": c.prores}
+                    "vp_identity": c.vp_identity, "norm_free": c.options.get("norm_free", False), "prores": c.prores}
     return row
 
 

@@ -475,7 +475,7 @@ def test_rezero(layer):
 @pytest.mark.parametrize("layer", [1, 2])
 def test_resi_dual_block(layer):
     s = 2.5
-    model = make("resi-dual", resi_dual_scale=s)
+    model = make("resi-dual", options={"scale": s})
     blk = model.blocks[layer - 1]
     xa = stream_input(7)
     xd = 3.0 * stream_input(8)
@@ -533,7 +533,7 @@ def test_sas_p(norm, layer):
 
 @pytest.mark.parametrize("design", ["sas", "sas-p"])
 def test_norm_free_keeps_only_the_first_layers_norm(design):
-    model = make(design, norm_free=True)
+    model = make(design, options={"norm_free": True})
     r = replace(DEFAULT_REF[design], norm_free=True)
     for layer in (1, 2):
         set_sas_scalars_(model.blocks[layer - 1])
@@ -649,7 +649,7 @@ def test_pre_ln_final_norm_is_applied():
 def test_whole_model_resi_dual_head_input(s):
     """y = xa + N_final(xd), xa = emb, xd = s*emb at the start; s does not change the function."""
     L = 2
-    model = make("resi-dual", L=L, resi_dual_scale=s)
+    model = make("resi-dual", L=L, options={"scale": s})
     idx = token_input()
     with torch.no_grad():
         emb = ref_embed(model, idx)

@@ -29,7 +29,11 @@ BAD = [
     ({"design": "pre-ln", "init": "identity"}, "model.init: 'identity' makes shaped attention"),
     ({"design": "pre-ln", "init": "t-fixup"}, "model.init: 't-fixup' replaces normalisation"),
     ({"design": "pre-ln", "resi_dual_scale": 0.5}, "model.resi_dual_scale: only resi-dual"),
-    ({"design": "mix-ln", "n_layer": 4, "mix_ln_post_layers": 5}, "model.mix_ln_post_layers: must be in 0..n_layer=4"),
+    ({"design": "mix-ln", "n_layer": 4, "options": {"post_layers": 5}}, "model.options.post_layers: must be in 0..n_layer=4"),
+    ({"design": "mix-ln", "options": {"post_layers": -1}}, "model.options: post_layers must be a whole number >= 0"),
+    ({"design": "resi-dual", "options": {"scale": 0.0}}, "model.options: scale must be positive"),
+    ({"design": "pre-ln", "options": {"norm_free": True}}, "model.options: pre-ln has no options of its own"),
+    ({"design": "sas", "options": {"scale": 2.0}}, "model.options.scale: unknown key; allowed keys are ff_gain, norm_free"),
     ({"design": "pre-ln", "mix_ln_post_layers": 1}, "model.mix_ln_post_layers: only mix-ln"),
     ({"pos": "rope", "n_embd": 30, "n_head": 10}, "model.pos: rope needs an even head size"),
 ]
@@ -55,8 +59,8 @@ def test_type_errors_and_unknown_keys_are_all_reported_at_once():
 
 def test_several_problems_give_several_lines():
     with pytest.raises(ConfigError) as err:
-        resolve(ModelConfig(design="post-ln", norm="none", prores="linear", norm_free=True))
-    assert len(err.value.errors) == 2  # norm and norm_free; post-ln takes ProRes
+        resolve(ModelConfig(design="post-ln", norm="none", prores="linear", options={"norm_free": True}))
+    assert len(err.value.errors) == 2  # norm and options; post-ln takes ProRes
 
 
 def test_design_defaults_are_filled():
@@ -66,7 +70,8 @@ def test_design_defaults_are_filled():
     assert resolve(ModelConfig(design="deepnorm")).init == "deepnorm"
     assert resolve(ModelConfig(design="rezero")).norm == "none"
     assert resolve(ModelConfig(design="peri-ln")).embed_norm is True
-    assert resolve(ModelConfig(design="mix-ln", n_layer=10)).mix_ln_post_layers == 3
+    assert resolve(ModelConfig(design="mix-ln", n_layer=10)).options == {"post_layers": 3}  # ceil(L / 4)
+    assert resolve(ModelConfig(design="mix-ln", n_layer=10, options={"post_layers": 0})).options == {"post_layers": 0}
     assert resolve(ModelConfig(design="pre-ln", init="xavier")).init == "xavier"
 
 
@@ -100,9 +105,9 @@ def test_cli_bad_toml_file(tmp_path, capsys):
 def test_cli_model_shows_resolved_config(tmp_path, capsys):
     f = tmp_path / "c.toml"
     f.write_text('[model]\ndesign = "sas-p"\nn_layer = 3\nn_embd = 64\nn_head = 4\n')
-    assert main(["model", "--config", str(f), "--set", "model.norm_free=true", "--json"]) == 0
+    assert main(["model", "--config", str(f), "--set", "model.options.norm_free=true", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["norm_free"] is True and out["config"]["init"] == "identity"
+    assert out["config"]["options"] == {"norm_free": True, "ff_gain": 0.1} and out["config"]["init"] == "identity"
     assert out["params"]["total"] > out["params"]["non_embedding"] > 0
 
 

@@ -50,7 +50,7 @@ def test_sas_parameter_savings_match_the_removed_matrices(design):
 
 
 def test_norm_free_sas_keeps_only_the_first_layer_norm():
-    model = GPT(small("sas-p", norm_free=True))
+    model = GPT(small("sas-p", options={"norm_free": True}))
     assert isinstance(model.blocks[0].norm, torch.nn.LayerNorm)
     assert all(isinstance(b.norm, torch.nn.Identity) for b in model.blocks[1:])
     assert isinstance(model.stream.final_norm, torch.nn.Identity)
@@ -62,7 +62,7 @@ def test_norm_free_sas_keeps_only_the_first_layer_norm():
 def test_resi_dual_fp16_guard_scale_leaves_float32_output_unchanged(s, norm):
     idx = tokens()
     ref = GPT(small("resi-dual", norm=norm, n_layer=6), seed=2).eval()(idx)
-    scaled = GPT(small("resi-dual", norm=norm, n_layer=6, resi_dual_scale=s), seed=2).eval()(idx)
+    scaled = GPT(small("resi-dual", norm=norm, n_layer=6, options={"scale": s}), seed=2).eval()(idx)
     assert (scaled - ref).abs().max().item() < 1e-5
 
 

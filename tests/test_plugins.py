@@ -16,7 +16,7 @@ import pytest
 import reslab
 from reslab import ConfigError, ModelConfig, ReslabError, register_design, resolve
 from reslab.model.registry import DESIGNS
-from reslab.testing import ALL_CHECKS, check_design
+from reslab.testing import ALL_CHECKS, OPTION_PROBES, REFUSED_BY_FLAG, check_design, refusal_advice, small_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mix-pre-post"
@@ -140,6 +140,57 @@ def test_refusals_are_built_from_the_flags_and_list_plugins(scratch_design):
     with pytest.raises(ConfigError) as err:
         resolve(ModelConfig(design="resi-dual", prores="linear"))
     assert "test-prores" in err.value.errors[0]  # the plugin's flag puts it in the list of designs allowed
+
+
+# Everything a design can allow, allowed: the kit's advice is followed from here, one flag at a time.
+_ALLOW_ALL = dict(norms=("layernorm", "rmsnorm", "dyt", "none"), partial_residual=True, prores=True,
+                  attention_options=True, per_layer=True, layer_base=True, learned_scales=True,
+                  attention_carry=True, qk_norm=True)
+
+
+@pytest.mark.parametrize("label", [probe[0] for probe in OPTION_PROBES])
+def test_the_kits_advice_names_a_way_that_refuses_each_probe(scratch_design, label):
+    """Following refusal_advice(label) in a design that allows everything else refuses the probe with a
+    line naming it, and leaves the probe's base config accepted: the advice names a way that exists
+    (a flag that no probe has, e.g. for branch_gain, would not)."""
+    from reslab.model.blocks.pre_norm import PreLNBlock
+
+    _, base_over, probe_over = next(p for p in OPTION_PROBES if p[0] == label)
+    field_name = label.split("=")[0]
+    kit_config = lambda name, **over: small_config(name, 2, **{**base_over, **over})  # noqa: E731
+    register_design("test-allows", PreLNBlock, formula="f", reference="r", **_ALLOW_ALL)
+    resolve(kit_config("test-allows", **probe_over))  # allowed: the refusal below is the advice's doing
+    advice = refusal_advice(label)
+    if label in REFUSED_BY_FLAG:
+        flag, value = REFUSED_BY_FLAG[label]
+        assert f"register_design(..., {flag}={value!r})" in advice
+        register_design("test-refuses", PreLNBlock, formula="f", reference="r", **{**_ALLOW_ALL, flag: value})
+    else:
+        assert "check" in advice and f"model.{field_name}" in advice
+        allowed = getattr(resolve(kit_config("test-allows")), field_name)
+
+        def check(cfg, given):
+            return [f"model.{field_name}: not in this design"] if getattr(cfg, field_name) != allowed else []
+
+        register_design("test-refuses", PreLNBlock, formula="f", reference="r", check=check, **_ALLOW_ALL)
+    resolve(kit_config("test-refuses"))
+    with pytest.raises(ConfigError) as err:
+        resolve(kit_config("test-refuses", **probe_over))
+    assert any(line.startswith(f"model.{field_name}") for line in err.value.errors), err.value.errors
+
+
+def test_a_range_only_option_must_leave_the_logits_alone(scratch_design):
+    """options fields with metadata range_only (resi-dual's scale) are held to the same function; one
+    that changes it fails the kit, naming it."""
+    from reslab.model.blocks.gated import GatedBlock
+
+    @dataclasses.dataclass(frozen=True)
+    class Opts:
+        bias: float = dataclasses.field(default=2.0, metadata={"range_only": True})
+
+    register_design("test-range", GatedBlock, formula="f", reference="r", options=Opts, partial_residual=False)
+    with pytest.raises(AssertionError, match="options.bias is documented to change only the numeric range"):
+        check_design("test-range", checks=("options",))
 
 
 # ---- the example plugin, every verb ----------------------------------------------------------------

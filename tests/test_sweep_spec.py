@@ -175,18 +175,18 @@ def test_a_field_added_at_its_default_keeps_identities_and_resumes(tmp_path):
 
     cfg = build_run_config({"model": {"design": "post-ln", "n_layer": 3}, "train": {"seed": 7}})
     older = cfg.to_dict()
-    del older["model"]["layer_designs"], older["model"]["hyper_streams"], older["diagnostics"]["spike_window"]
+    del older["model"]["layer_designs"], older["model"]["qk_norm"], older["diagnostics"]["spike_window"]
     assert canonical(older) == canonical(cfg.to_dict())
-    assert canonical(cfg.to_dict())["model"]["n_layer"] == 3 and "hyper_streams" not in canonical(cfg.to_dict())["model"]
+    assert canonical(cfg.to_dict())["model"]["n_layer"] == 3 and "qk_norm" not in canonical(cfg.to_dict())["model"]
     folder = RunFolder(tmp_path / "run")
     folder.claim(older)                      # written by an older reslab
     assert folder.claim(cfg.to_dict()) is True  # the same run: resumed, not refused
-    changed = cfg.replace(model=cfg.model.replace(hyper_streams=2))
+    changed = cfg.replace(model=cfg.model.replace(qk_norm=True))
     with pytest.raises(ReslabError, match="holds a run with a different config"):
         folder.claim(changed.to_dict())
     assert run_identity(changed) != run_identity(cfg)
     assert run_identity(cfg.replace(name="renamed")) == run_identity(cfg)
     # an explicit value equal to the default is the default
-    same = build_run_config({"model": {"design": "post-ln", "n_layer": 3, "hyper_streams": 4},
+    same = build_run_config({"model": {"design": "post-ln", "n_layer": 3, "qk_norm": False},
                              "train": {"seed": 7}})
     assert run_identity(same) == run_identity(cfg)

@@ -42,12 +42,12 @@ from .test_block_formulas import (
 FORMULA_TESTED = {"hyper-connections"}
 DESIGN = "hyper-connections"
 
-# (hyper fields, what the reference needs to know) for the four forms of the design
+# ([model.options], what the reference needs to know) for the four forms of the design
 FORMS = {
-    "static": {"hyper_streams": 4},
-    "dynamic": {"hyper_streams": 4, "hyper_dynamic": True},
-    "sinkhorn": {"hyper_streams": 4, "hyper_mixing": "sinkhorn", "sinkhorn_iters": 7},
-    "sinkhorn-dynamic": {"hyper_streams": 3, "hyper_mixing": "sinkhorn", "hyper_dynamic": True},
+    "static": {"streams": 4},
+    "dynamic": {"streams": 4, "dynamic": True},
+    "sinkhorn": {"streams": 4, "mixing": "sinkhorn", "sinkhorn_iters": 7},
+    "sinkhorn-dynamic": {"streams": 3, "mixing": "sinkhorn", "dynamic": True},
 }
 
 
@@ -112,8 +112,8 @@ def sublayer(r: Ref, H, weights, norm_mod, f):
 
 
 def hyper_block(r: Ref, blk, H, layer: int, form: dict):
-    dynamic = form.get("hyper_dynamic", False)
-    sinkhorn = form.get("hyper_mixing") == "sinkhorn"
+    dynamic = form.get("dynamic", False)
+    sinkhorn = form.get("mixing") == "sinkhorn"
     iters = form.get("sinkhorn_iters", 20)
     for hc, norm_mod, f in ((blk.attn_hc, blk.norm1, lambda x: A(r, blk.attn, x, layer)),
                             (blk.mlp_hc, blk.norm2, lambda x: M(r, blk.mlp, x))):
@@ -131,7 +131,7 @@ def final_norm(mod, x, eps: float):
 
 def ref_logits(model, idx, form: dict, L: int, r: Ref | None = None):
     """emb -> n copies -> blocks -> N_final(sum_i H_i) with eps * n^2 -> head."""
-    r, n = r or Ref(), form["hyper_streams"]
+    r, n = r or Ref(), form["streams"]
     emb = model.wte.weight[idx] + model.wpe.weight[: idx.shape[1]]
     H = torch.stack([emb] * n, dim=2)
     for layer in range(1, L + 1):
@@ -146,9 +146,9 @@ def ref_logits(model, idx, form: dict, L: int, r: Ref | None = None):
 @pytest.mark.parametrize("layer", [1, 2])
 def test_one_layer_against_the_formula(form, layer):
     fields = FORMS[form]
-    model = make(DESIGN, **fields)
+    model = make(DESIGN, options=fields)
     blk = model.blocks[layer - 1]
-    H = streams_input(fields["hyper_streams"])
+    H = streams_input(fields["streams"])
     with torch.no_grad():
         out = blk(H)
         ref = hyper_block(Ref(), blk, H, layer, fields)
@@ -156,26 +156,26 @@ def test_one_layer_against_the_formula(form, layer):
         # the test can fail: a wrong formula gives something else
         if form == "static":      # mixing ignored (A_r = I)
             for hc in (blk.attn_hc, blk.mlp_hc):
-                hc.a_r.copy_(torch.eye(fields["hyper_streams"]))
+                hc.a_r.copy_(torch.eye(fields["streams"]))
             assert_differs(out, blk(H))
         elif form == "dynamic":   # the static weights alone
-            assert_differs(out, hyper_block(Ref(), blk, H, layer, {**fields, "hyper_dynamic": False}))
+            assert_differs(out, hyper_block(Ref(), blk, H, layer, {**fields, "dynamic": False}))
         elif form == "sinkhorn":  # a different number of Sinkhorn iterations
             assert_differs(out, hyper_block(Ref(), blk, H, layer, {**fields, "sinkhorn_iters": 1}), 1e-6)
         else:                     # mHC without its input-dependent term
-            assert_differs(out, hyper_block(Ref(), blk, H, layer, {**fields, "hyper_dynamic": False}))
+            assert_differs(out, hyper_block(Ref(), blk, H, layer, {**fields, "dynamic": False}))
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_whole_model_against_the_formula(form):
     L, fields = 2, FORMS[form]
-    model = make(DESIGN, L=L, **fields)
+    model = make(DESIGN, L=L, options=fields)
     idx = token_input()
     with torch.no_grad():
         logits = model(idx)
         torch.testing.assert_close(logits, ref_logits(model, idx, fields, L), **TOL)
         # the head reads the SUM of the streams, not one stream
-        n = fields["hyper_streams"]
+        n = fields["streams"]
         emb = model.wte.weight[idx] + model.wpe.weight[: idx.shape[1]]
         H = torch.stack([emb] * n, dim=2)
         for layer in (1, 2):
@@ -186,7 +186,7 @@ def test_whole_model_against_the_formula(form):
 
 def test_runtime_branch_gain_multiplies_the_write_only():
     fields = FORMS["static"]
-    model = make(DESIGN, branch_gain=2.0, gain_mode="runtime", **fields)
+    model = make(DESIGN, branch_gain=2.0, gain_mode="runtime", options=fields)
     blk, H = model.blocks[1], streams_input(4)
     with torch.no_grad():
         out = blk(H)
@@ -196,7 +196,7 @@ def test_runtime_branch_gain_multiplies_the_write_only():
 
 def test_rmsnorm_and_dynamic_norm_follow_the_models_norm():
     fields = FORMS["dynamic"]
-    model = make(DESIGN, norm="rmsnorm", **fields)
+    model = make(DESIGN, norm="rmsnorm", options=fields)
     blk, H = model.blocks[0], streams_input(4)
     assert isinstance(blk.attn_hc.norm, torch.nn.RMSNorm)
     with torch.no_grad():
@@ -270,7 +270,7 @@ def test_the_fast_layouts_compute_the_textbook_arithmetic():
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_sinkhorn_init_is_close_to_the_identity(n):
     model = reslab.build_model(DESIGN, n_layer=1, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,
-                               hyper_streams=n, hyper_mixing="sinkhorn").double()
+                               options={"streams": n, "mixing": "sinkhorn"}).double()
     hc = model.blocks[0].attn_hc
     with torch.no_grad():
         _, H_res, _ = hc(streams_input(n))
@@ -289,7 +289,7 @@ def test_sinkhorn_init_is_close_to_the_identity(n):
 def test_init_values_follow_the_paper(dynamic):
     n = 3
     model = reslab.build_model(DESIGN, n_layer=2, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,
-                               hyper_streams=n, hyper_dynamic=dynamic)
+                               options={"streams": n, "dynamic": dynamic})
     for blk in model.blocks:
         for k, hc in ((2 * (blk.layer - 1), blk.attn_hc), (2 * (blk.layer - 1) + 1, blk.mlp_hc)):
             assert torch.equal(hc.a_m, torch.eye(n)[k % n])      # A_m = e_(k mod n)
@@ -299,7 +299,7 @@ def test_init_values_follow_the_paper(dynamic):
                 assert all(not w.any() for w in (hc.w_m, hc.w_r, hc.w_b))
                 assert hc.s_alpha.item() == hc.s_beta.item() == pytest.approx(0.01)
     mhc = reslab.build_model(DESIGN, n_layer=1, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,
-                             hyper_streams=n, hyper_mixing="sinkhorn", hyper_dynamic=dynamic).blocks[0].attn_hc
+                             options={"streams": n, "mixing": "sinkhorn", "dynamic": dynamic}).blocks[0].attn_hc
     torch.testing.assert_close(torch.sigmoid(mhc.b_pre), torch.full((n,), 1 / n))
     assert torch.equal(2 * torch.sigmoid(mhc.b_post), torch.ones(n))
     if dynamic:
@@ -307,11 +307,11 @@ def test_init_values_follow_the_paper(dynamic):
         assert mhc.alpha_pre.item() == mhc.alpha_post.item() == mhc.alpha_res.item() == pytest.approx(0.01)
 
 
-def _pair(n: int, dtype=torch.float32, **fields):
+def _pair(n: int, dtype=torch.float32, **options):
     """A pre-ln model and a hyper-connections model holding pre-ln's weights (copied)."""
     kw = {"n_layer": 3, "n_embd": C, "n_head": 2, "block_size": BLOCK, "vocab_size": VOCAB, "dropout": 0.0}
     pre = reslab.build_model("pre-ln", seed=11, **kw).to(dtype).eval()
-    hyp = reslab.build_model(DESIGN, seed=12, hyper_streams=n, **kw, **fields).to(dtype).eval()
+    hyp = reslab.build_model(DESIGN, seed=12, options={"streams": n, **options}, **kw).to(dtype).eval()
     missing, unexpected = hyp.load_state_dict(pre.state_dict(), strict=False)
     assert not unexpected
     assert missing and all("_hc." in k for k in missing)   # only the connection weights are its own
@@ -330,13 +330,13 @@ def test_one_stream_static_at_init_is_pre_ln_exactly():
         assert_differs(hyp(idx), pre(idx), 1e-6)
 
 
-@pytest.mark.parametrize("fields", [{}, {"hyper_dynamic": True}], ids=["static", "dynamic"])
-def test_four_streams_at_init_are_pre_ln(fields):
+@pytest.mark.parametrize("options", [{}, {"dynamic": True}], ids=["static", "dynamic"])
+def test_four_streams_at_init_are_pre_ln(options):
     """HC paper: initialised as A_m = e_(k mod n), A_r = I, B = 1, hyper-connections are Pre-Norm.
     True as stated: every stream equals pre-ln's stream after every block, bit for bit; the head
     reads N(sum_i H_i) = N(4x), equal to pre-ln's N(x) because N_final's eps is scaled by n^2.
     With the plain eps it is not (GPT-2 init keeps the stream small, so eps matters)."""
-    pre, hyp = _pair(4, torch.float64, **fields)
+    pre, hyp = _pair(4, torch.float64, **options)
     idx = token_input()
     with torch.no_grad():
         x = pre.stream.enter(pre.embed(idx))
@@ -354,7 +354,7 @@ def test_four_streams_at_init_are_pre_ln(fields):
 
 def test_sinkhorn_at_init_is_pre_ln_up_to_rounding():
     """mHC with this init: equal streams, H_res rows summing to 1, read weights 1/n: pre-ln."""
-    pre, hyp = _pair(4, torch.float64, hyper_mixing="sinkhorn", hyper_dynamic=True)
+    pre, hyp = _pair(4, torch.float64, mixing="sinkhorn", dynamic=True)
     idx = token_input()
     with torch.no_grad():
         # b_pre = logit(1/4) written in float64 (the float32 value read as float64 reads 1/4 + 1e-8)
@@ -368,30 +368,30 @@ def test_sinkhorn_at_init_is_pre_ln_up_to_rounding():
 # configuration
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("design, fields, field", [
-    (DESIGN, {"hyper_streams": 0}, "model.hyper_streams"),
-    (DESIGN, {"hyper_streams": 1, "hyper_mixing": "sinkhorn"}, "model.hyper_streams"),
-    (DESIGN, {"sinkhorn_iters": 5}, "model.sinkhorn_iters"),
-    (DESIGN, {"hyper_mixing": "sinkhorn", "sinkhorn_iters": 0}, "model.sinkhorn_iters"),
+    (DESIGN, {"options": {"streams": 0}}, "model.options: streams"),
+    (DESIGN, {"options": {"streams": 65}}, "model.options: streams"),
+    (DESIGN, {"options": {"streams": 1, "mixing": "sinkhorn"}}, "model.options: mixing = 'sinkhorn' needs at least 2"),
+    (DESIGN, {"options": {"sinkhorn_iters": 5}}, "model.options: sinkhorn_iters needs mixing"),
+    (DESIGN, {"options": {"mixing": "sinkhorn", "sinkhorn_iters": 0}}, "model.options: sinkhorn_iters"),
+    (DESIGN, {"options": {"mixing": "mhc"}}, "model.options.mixing: 'mhc' is not allowed"),
     (DESIGN, {"attn_res": False}, "model.attn_res"),
     (DESIGN, {"norm": "none"}, "model.norm"),
     (DESIGN, {"prores": "linear"}, "model.prores"),
     (DESIGN, {"skip_scale": "scalar"}, "model.skip_scale"),
     (DESIGN, {"layer_designs": {"1": "post-ln"}}, "model.layer_designs"),
-    ("pre-ln", {"hyper_streams": 2}, "model.hyper_streams"),
-    ("post-ln", {"hyper_mixing": "sinkhorn"}, "model.hyper_mixing"),
-    ("resi-dual", {"hyper_dynamic": True}, "model.hyper_dynamic"),
-    ("sandwich-ln", {"sinkhorn_iters": 3}, "model.sinkhorn_iters"),
+    ("pre-ln", {"options": {"streams": 2}}, "model.options: pre-ln has no options of its own; remove streams"),
+    ("resi-dual", {"options": {"dynamic": True}}, "model.options.dynamic: unknown key"),
 ])
 def test_refusals_name_the_field(design, fields, field):
     with pytest.raises(reslab.ConfigError) as e:
         reslab.build_model(design, n_layer=2, n_embd=C, n_head=2, **fields)
-    assert len(e.value.errors) == 1 and e.value.errors[0].startswith(field + ":")
+    assert len(e.value.errors) == 1 and e.value.errors[0].startswith(field)
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_meta_device_build_then_materialise_equals_direct_build(form):
     cfg = ModelConfig(design=DESIGN, n_layer=2, n_embd=C, n_head=2, block_size=BLOCK, vocab_size=VOCAB,
-                      **FORMS[form])
+                      options=FORMS[form])
     direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = token_input()
     assert torch.equal(direct(idx), lazy(idx))
@@ -404,7 +404,7 @@ def test_meta_device_build_then_materialise_equals_direct_build(form):
 def test_batches_under_vmap_without_the_slow_fallback(form):
     """As test_stacked's check over every design's defaults, for the non-default forms."""
     cfg = ModelConfig(design=DESIGN, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=65,
-                      dropout=0.1, **FORMS[form])
+                      dropout=0.1, options=FORMS[form])
     slow, stacked = slow_vmap_ops(cfg)
     assert slow <= CPU_ONLY_FALLBACK, slow
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in stacked.values())
@@ -416,7 +416,7 @@ def test_sublayer_weights_follow_the_models_init_scheme(init):
     connections draw nothing from the init generator)."""
     kw = {"n_layer": 3, "n_embd": 32, "n_head": 2, "block_size": BLOCK, "vocab_size": VOCAB, "init": init}
     pre = reslab.build_model("pre-ln", seed=9, **kw).state_dict()
-    hyp = reslab.build_model(DESIGN, seed=9, hyper_dynamic=True, **kw).state_dict()
+    hyp = reslab.build_model(DESIGN, seed=9, options={"dynamic": True}, **kw).state_dict()
     shared = [k for k in pre if k in hyp]
     assert len(shared) == len(pre)
     assert all(torch.equal(pre[k], hyp[k]) for k in shared)
@@ -444,9 +444,8 @@ def test_diagnostics_measure_the_mean_of_the_streams(tmp_path):
     corpus = write_corpus(tmp_path)
     rows = {}
     for name, fields in (("pre", {"model.design": "pre-ln"}),
-                         ("hc", {"model.design": DESIGN, "model.hyper_streams": 4}),
-                         ("mhc", {"model.design": DESIGN, "model.hyper_mixing": "sinkhorn",
-                                  "model.hyper_dynamic": True})):
+                         ("hc", {"model.design": DESIGN, "model.options": {"streams": 4}}),
+                         ("mhc", {"model.design": DESIGN, "model.options": {"mixing": "sinkhorn", "dynamic": True}})):
         cfg = tiny_run(corpus, tmp_path / "cache", **{"train.steps": 6, "train.eval_interval": 3, **fields})
         cfg["diagnostics"] = {"enabled": True, "interval": 3}
         result = train(build_run_config(cfg), tmp_path / name, log=lambda *_: None)

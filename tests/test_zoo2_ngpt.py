@@ -124,7 +124,7 @@ def ref_model(model, idx, *, alpha_init=ALPHA_INIT, rope_on=False):
 @pytest.mark.parametrize("pos", ["learned", "rope"])
 @pytest.mark.parametrize("layer", [1, 2])
 def test_block_formula(layer, pos):
-    model = make("ngpt", pos=pos, ngpt_alpha_init=0.07)
+    model = make("ngpt", pos=pos, options={"alpha_init": 0.07})
     blk, x = model.blocks[layer - 1], norm(stream_input())
     assert not any(isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) for m in model.modules())
     assert all(getattr(m, "bias", None) is None for m in model.modules() if isinstance(m, torch.nn.Linear))
@@ -142,10 +142,10 @@ def test_block_formula(layer, pos):
 
 
 def test_sublayers_and_scalers_at_init():
-    """At init every scaler's effective value is its s_init: alpha = ngpt_alpha_init, s_qk = s_u = s_v
+    """At init every scaler's effective value is its s_init: alpha = options.alpha_init, s_qk = s_u = s_v
     = s_z = 1 (stored: 1/sqrt(C) or 1)."""
     model = reslab.build_model("ngpt", n_layer=2, n_embd=C, n_head=H, block_size=BLOCK, vocab_size=VOCAB,
-                               ngpt_alpha_init=0.08, seed=3)
+                               options={"alpha_init": 0.08}, seed=3)
     one_over_sqrt_c = torch.full((C,), 1.0 / math.sqrt(C))
     for blk in model.blocks:
         torch.testing.assert_close(blk.alpha_attn.s.detach(), one_over_sqrt_c)
@@ -316,7 +316,7 @@ def test_stacked_seeds_equal_separate_runs(tmp_path):
     (dict(init="xavier"), "init"),
     (dict(branch_gain=2.0), "branch_gain"),
     (dict(layer_designs={"1": "pre-ln"}), "layer_designs"),
-    (dict(ngpt_alpha_init=0.0), "ngpt_alpha_init"),
+    (dict(options={"alpha_init": 0.0}), "options: alpha_init must be positive"),
 ])
 def test_refusals_name_the_field(fields, field):
     with pytest.raises(ConfigError) as info:
@@ -326,16 +326,16 @@ def test_refusals_name_the_field(fields, field):
     assert len(lines) <= 2, lines
 
 
-def test_ngpt_alpha_init_is_refused_elsewhere():
-    with pytest.raises(ConfigError, match="model.ngpt_alpha_init"):
+def test_alpha_init_is_refused_elsewhere():
+    with pytest.raises(ConfigError, match="model.options: pre-ln has no options of its own; remove alpha_init"):
         GPT(ModelConfig(design="pre-ln", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=20,
-                        ngpt_alpha_init=0.1))
+                        options={"alpha_init": 0.1}))
 
 
 @pytest.mark.parametrize("tie,pos", [(True, "learned"), (False, "rope")])
 def test_meta_device_build_then_materialise_equals_direct_build(tie, pos):
     cfg = ModelConfig(design="ngpt", n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=20,
-                      tie_weights=tie, pos=pos, ngpt_alpha_init=0.1)
+                      tie_weights=tie, pos=pos, options={"alpha_init": 0.1})
     direct, lazy = GPT(cfg, seed=5).eval(), meta_built(cfg, seed=5)
     idx = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(2))
     assert torch.equal(direct(idx), lazy(idx))

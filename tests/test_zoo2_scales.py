@@ -337,7 +337,7 @@ def test_gated_starts_near_the_identity_with_a_large_gate_bias():
     reaches ~7 here and z ~ 2e-6: the bound holds at b_g = 20 only for the init's small weights.)"""
     x = stream_input()
     for gate_bias, near in ((30.0, True), (0.0, False)):
-        model = make("gated", gate_bias=gate_bias)       # every parameter random ...
+        model = make("gated", options={"bias": gate_bias})  # every parameter random ...
         for blk in model.blocks:
             for gate in (blk.attn_gate, blk.mlp_gate):
                 gate.reset_parameters()                  # ... except b_g, back to its init
@@ -413,14 +413,17 @@ REFUSALS = [
     ("deepnorm", {"skip_scale": "scalar"}, "model.skip_scale"),
     ("gated", {"branch_scale": "channel"}, "model.branch_scale"),
     ("pre-ln", {"dyt_alpha": 0.3}, "model.dyt_alpha"),
-    ("pre-ln", {"gate_bias": 1.0}, "model.gate_bias"),
+    ("pre-ln", {"options": {"bias": 1.0}}, "model.options: pre-ln has no options of its own; remove bias"),
+    ("layerscale", {"options": {"bias": 1.0}, "layer_designs": {"1": "reordered-ln"}}, "model.options: layerscale"),
+    ("pre-ln", {"options": {"bias": 1.0, "shared_norm": True}, "layer_designs": {"1": "gated"}},
+     "model.options.shared_norm: unknown key; allowed keys are bias"),
     ("pre-ln", {"branch_scale_init": 0.1}, "model.branch_scale_init"),
     ("pre-ln", {"skip_scale": "scalar", "attn_res": False, "ffn_res": False}, "model.skip_scale"),
     ("pre-ln", {"skip_scale": "scalar", "layer_designs": {"2": "deepnorm"}}, "model.layer_designs"),
     ("layerscale", {"layer_designs": {"1": "gated"}}, "model.layer_designs"),
     ("gated", {"attn_res": False}, "model.attn_res"),
     ("reordered-ln", {"norm": "none"}, "model.norm"),
-    ("resi-dual", {"norm": "dyt", "resi_dual_scale": 4.0}, "model.resi_dual_scale"),
+    ("resi-dual", {"norm": "dyt", "options": {"scale": 4.0}}, "model.options.scale"),
 ]
 
 
@@ -429,16 +432,29 @@ def test_refusals_name_the_field(design, fields, field):
     with pytest.raises(ConfigError) as e:
         reslab.resolve(ModelConfig(design=design, n_layer=2, **fields))
     assert len(e.value.errors) == 1, e.value.errors
-    assert e.value.errors[0].startswith(field + ":") and "\n" not in e.value.errors[0]
+    assert e.value.errors[0].startswith(field) and "\n" not in e.value.errors[0]
 
 
 def test_options_that_are_allowed():
-    for design, fields in [("gated", {"gate_bias": 5.0}), ("pre-ln", {"norm": "dyt", "dyt_alpha": 0.3}),
+    for design, fields in [("gated", {"options": {"bias": 5.0}}), ("pre-ln", {"norm": "dyt", "dyt_alpha": 0.3}),
                            ("pre-ln", {"branch_scale": "scalar", "branch_scale_init": 0.1}),
-                           ("pre-ln", {"gate_bias": 5.0, "layer_designs": {"2": "gated"}}),
+                           ("pre-ln", {"options": {"bias": 5.0}, "layer_designs": {"2": "gated"}}),
                            ("sandwich-ln", {"skip_scale": "channel", "layer_designs": {"2": "layerscale"}}),
                            ("layerscale", {"prores": "linear"}), ("reordered-ln", {"prores": "sqrt"})]:
         reslab.resolve(ModelConfig(design=design, n_layer=2, **fields))
+
+
+def test_a_per_layer_design_reads_its_own_options():
+    """[model.options] holds the options of every design the model uses: gated layers under a pre-ln
+    base take options.bias, a parallel layer its shared_norm, each from its own options class."""
+    cfg = ModelConfig(design="pre-ln", n_layer=3, n_embd=C, n_head=2, block_size=8, vocab_size=11,
+                      layer_designs={"2": "gated", "3": "parallel"}, options={"bias": 5.0, "shared_norm": True})
+    assert reslab.resolve(cfg).options == {"bias": 5.0, "shared_norm": True}
+    model = reslab.build_model(cfg)
+    assert torch.all(model.blocks[1].attn_gate.b_g == 5.0) and torch.all(model.blocks[1].mlp_gate.b_g == 5.0)
+    assert model.blocks[2].norm2 is None  # shared_norm: one norm feeds both branches
+    default = reslab.build_model(cfg.replace(options={}))
+    assert torch.all(default.blocks[1].attn_gate.b_g == 2.0) and default.blocks[2].norm2 is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,7 +478,7 @@ def test_scales_dyt_and_gate_bias_are_never_decayed():
 # ---------------------------------------------------------------------------------------------
 # meta device: build lazily, materialise, initialise = the model built directly
 # ---------------------------------------------------------------------------------------------
-META = [("reordered-ln", {}), ("layerscale", {}), ("gated", {"gate_bias": 3.0}),
+META = [("reordered-ln", {}), ("layerscale", {}), ("gated", {"options": {"bias": 3.0}}),
         ("reordered-ln", {"norm": "dyt", "prores": "linear", "prores_warmup": 5}),
         ("pre-ln", {"norm": "dyt", "dyt_alpha": 0.7, "bias": False}),
         ("post-ln", {"skip_scale": "scalar", "branch_scale": "channel", "branch_scale_init": 0.4}),

@@ -34,21 +34,21 @@ OPTIONS: dict[str, dict] = {
     "embed_norm": {"embed_norm": True},
     "shaped_attention": {"shaped_attention": True},
     "vp_identity": {"vp_identity": True},
-    "norm_free": {"norm_free": True},
-    "sas_ff_gain": {"sas_ff_gain": 0.3},
-    "resi_dual_scale": {"resi_dual_scale": 4.0},
-    "mix_ln_post_layers": {"mix_ln_post_layers": 2},
+    "options.norm_free": {"options": {"norm_free": True}},          # sas, sas-p
+    "options.ff_gain": {"options": {"ff_gain": 0.3}},
+    "options.scale": {"options": {"scale": 4.0}},                   # resi-dual
+    "options.post_layers": {"options": {"post_layers": 2}},         # mix-ln
     "skip_scale=scalar": {"skip_scale": "scalar"},
     "skip_scale=channel": {"skip_scale": "channel"},
     "branch_scale=scalar": {"branch_scale": "scalar"},
     "branch_scale=channel": {"branch_scale": "channel", "branch_scale_init": 0.5},
-    "gate_bias": {"gate_bias": 1.0},
+    "options.bias": {"options": {"bias": 1.0}},                     # gated
     "value_residual": {"value_residual": True},
     "residual_attention": {"residual_attention": True},
-    "hyper_streams": {"hyper_streams": 2},
-    "hyper_mixing=sinkhorn": {"hyper_mixing": "sinkhorn"},
-    "hyper_dynamic": {"hyper_dynamic": True},
-    "ngpt_alpha_init": {"ngpt_alpha_init": 0.1},
+    "options.streams": {"options": {"streams": 2}},                 # hyper-connections
+    "options.mixing=sinkhorn": {"options": {"mixing": "sinkhorn"}},
+    "options.dynamic": {"options": {"dynamic": True}},
+    "options.alpha_init": {"options": {"alpha_init": 0.1}},         # ngpt
     "layer_designs": {"layer_designs": {"1": "post-ln"}},
     "pos=rope": {"pos": "rope"},
     "mlp=swiglu": {"mlp": "swiglu"},
@@ -63,7 +63,7 @@ OPTIONS: dict[str, dict] = {
 DESIGNS = reslab.designs()
 # Options that leave the function unchanged on purpose (what they change is tested elsewhere).
 NO_EFFECT_BY_DESIGN = {
-    ("resi-dual", "resi_dual_scale"): "s only bounds xd's magnitude (for fp16); test_model_properties",
+    ("resi-dual", "options.scale"): "s only bounds xd's magnitude (for fp16); test_model_properties",
 }
 X = torch.randint(0, SHAPE["vocab_size"], (2, SHAPE["block_size"]), generator=torch.Generator().manual_seed(0))
 
@@ -77,7 +77,9 @@ def _config(design: str, *options: str) -> ModelConfig | None:
         for key, value in OPTIONS[name].items():
             if key == "layer_designs" and design == "post-ln":
                 value = {"1": "pre-ln"}  # an override by the base design itself would change nothing
-            if key in fields and fields[key] != value:
+            if key == "options":  # two designs' own options go in one table
+                value = {**fields.get("options", {}), **value}
+            elif key in fields and fields[key] != value:
                 return None  # two options that set one field differently: not a pair
             fields[key] = value
     return ModelConfig(design=design, **SHAPE, **fields)

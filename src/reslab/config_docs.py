@@ -2,8 +2,9 @@
 
     python -m reslab.config_docs > docs/config.md
 
-Each table ([model], [data], [optim], [train], [diagnostics]) lists its fields with type, default
-and the comment written beside the field in the source, so the reference cannot drift from the
+Each table ([model], [data], [optim], [train], [diagnostics], and each built-in design's
+[model.options]) lists its fields with type, default and the comment written beside the field in
+the source, so the reference cannot drift from the
 code: tests/test_config_docs.py checks that docs/config.md is exactly this output.
 """
 
@@ -60,10 +61,10 @@ def _default_text(f: dataclasses.Field) -> str:
     return f"`{value!r}`" if not isinstance(value, str) else f'`"{value}"`'
 
 
-def table(cls: type, name: str) -> str:
+def table(cls: type, name: str, heading: str | None = None) -> str:
     hints = typing.get_type_hints(cls)
     notes = _comments(cls)
-    lines = [f"## [{name}]", "", "| field | type | default | meaning |", "|:---|:---|:---|:---|"]
+    lines = [heading or f"## [{name}]", "", "| field | type | default | meaning |", "|:---|:---|:---|:---|"]
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
@@ -74,8 +75,9 @@ def table(cls: type, name: str) -> str:
 
 
 def render() -> str:
-    from .config import ModelConfig
     from .data.config import DataConfig
+    from .model.config import ModelConfig
+    from .model.registry import DESIGNS
     from .train.config import DiagnosticsConfig, OptimConfig, TrainConfig
 
     head = ("# Configuration reference\n\n"
@@ -90,6 +92,13 @@ def render() -> str:
     for cls, name in ((ModelConfig, "model"), (DataConfig, "data"), (OptimConfig, "optim"),
                       (TrainConfig, "train"), (DiagnosticsConfig, "diagnostics")):
         parts.append(table(cls, name))
+    parts.append("## [model.options] of the built-in designs\n\n"
+                 "Each design that has hyperparameters of its own checks `[model.options]` against its options "
+                 "dataclass (src/reslab/model/options.py); with `layer_designs` the table holds the options of "
+                 "every design the model uses. A plugin's design documents its own.")
+    for name, design in DESIGNS.items():
+        if design.options is not None and design.plugin is None:
+            parts.append(table(design.options, "model.options", f'### design = "{name}"'))
     return "\n\n".join(parts) + "\n"
 
 

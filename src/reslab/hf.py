@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
+from .model.config import ModelConfig
 from .errors import ConfigError, ReslabError
 from .fileio import atomic_path, read_json, write_json
 from .model.gpt import GPT
@@ -73,7 +73,6 @@ def gpt2_incompatibilities(cfg: ModelConfig) -> list[str]:
     need("embed_norm", not cfg.embed_norm, "false")
     need("shaped_attention", not cfg.shaped_attention, "false")
     need("vp_identity", not cfg.vp_identity, "false")
-    need("norm_free", not cfg.norm_free, "false")
     need("skip_scale", cfg.skip_scale == "none", "'none' (GPT-2 has no learned skip scale)")
     need("branch_scale", cfg.branch_scale == "none", "'none' (GPT-2 has no learned branch scale)")
     need("value_residual", not cfg.value_residual, "false")

@@ -29,7 +29,7 @@ import typing
 import warnings
 from pathlib import Path
 
-from .config import ModelConfig
+from .model.config import ModelConfig
 from .errors import ConfigError
 
 ALL_CHECKS = ("build", "meta", "determinism", "save-load", "vmap", "options", "stacked", "train")
@@ -45,23 +45,13 @@ OPTION_PROBES = [
     ("embed_norm", {}, {"embed_norm": True}),
     ("shaped_attention", {}, {"shaped_attention": True}),
     ("vp_identity", {}, {"vp_identity": True}),
-    ("norm_free", {}, {"norm_free": True}),
-    ("sas_ff_gain", {}, {"sas_ff_gain": 0.5}),
-    ("resi_dual_scale", {}, {"resi_dual_scale": 0.5}),
-    ("mix_ln_post_layers", {}, {"mix_ln_post_layers": 2}),
     ("skip_scale", {}, {"skip_scale": "scalar"}),
     ("branch_scale", {}, {"branch_scale": "scalar"}),
     ("branch_scale_init", {"branch_scale": "scalar"}, {"branch_scale_init": 0.5}),
     ("dyt_alpha", {"norm": "dyt"}, {"dyt_alpha": 1.0}),
-    ("gate_bias", {}, {"gate_bias": 0.0}),
     ("value_residual", {}, {"value_residual": True}),
     ("value_residual_init", {"value_residual": True}, {"value_residual_init": 0.9}),
     ("residual_attention", {}, {"residual_attention": True}),
-    ("hyper_streams", {}, {"hyper_streams": 2}),
-    ("hyper_mixing", {}, {"hyper_mixing": "sinkhorn"}),
-    ("hyper_dynamic", {}, {"hyper_dynamic": True}),
-    ("sinkhorn_iters", {"hyper_mixing": "sinkhorn"}, {"sinkhorn_iters": 3}),
-    ("ngpt_alpha_init", {}, {"ngpt_alpha_init": 0.2}),
     ("norm=rmsnorm", {}, {"norm": "rmsnorm"}),
     ("norm=dyt", {}, {"norm": "dyt"}),
     ("norm=none", {}, {"norm": "none"}),
@@ -77,9 +67,37 @@ OPTION_PROBES = [
     ("stochastic_depth", {}, {"stochastic_depth": 0.5}),
     ("stochastic_depth_rule", {"stochastic_depth": 0.5}, {"stochastic_depth_rule": "uniform"}),
 ]
-# Fields whose documented effect is on the numeric range only: accepted, they must leave a float32
-# model's logits unchanged (resi-dual's s: N(s z) = N(z), with N's eps scaled by s^2).
-RANGE_ONLY = {"resi_dual_scale"}
+# How a design refuses each probe it does not take, named in the kit's failure so that its author can
+# act: the register_design flag (and value) whose refusal covers it, or, where no flag does, the
+# design's `check` returning a line that names the field. tests/test_plugins.py holds each flag to it.
+REFUSED_BY_FLAG = {
+    "attn_res": ("partial_residual", False), "ffn_res": ("partial_residual", False),
+    "prores": ("prores", False),
+    "shaped_attention": ("attention_options", False), "vp_identity": ("attention_options", False),
+    "skip_scale": ("learned_scales", False), "branch_scale": ("learned_scales", False),
+    "residual_update": ("learned_scales", False), "stochastic_depth": ("learned_scales", False),
+    "value_residual": ("attention_carry", False), "residual_attention": ("attention_carry", False),
+    "qk_norm": ("qk_norm", False), "xsa=full": ("qk_norm", False), "xsa=gated": ("qk_norm", False),
+    "norm=rmsnorm": ("norms", ("layernorm",)), "norm=dyt": ("norms", ("layernorm",)),
+    "norm=none": ("norms", ("layernorm",)),
+    "layer_designs": ("layer_base", False),
+}
+
+
+def refusal_advice(label: str) -> str:
+    """How to refuse probe `label` (an OPTION_PROBES label) in a design that does not take it."""
+    field_name = label.split("=")[0]
+    if label in REFUSED_BY_FLAG:
+        flag, value = REFUSED_BY_FLAG[label]
+        return f"refuse it with register_design(..., {flag}={value!r})"
+    return f"refuse it in the design's check (return a line naming model.{field_name})"
+
+
+def _range_only(cls: type, name: str) -> bool:
+    """An options field whose documented effect is on the numeric range only (dataclass field
+    metadata {"range_only": True}, as resi-dual's scale: N(s z) = N(z), with N's eps scaled by s^2):
+    accepted, it must leave a float32 model's logits unchanged."""
+    return bool(next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("range_only"))
 
 
 class DesignCheckError(AssertionError):
@@ -294,13 +312,15 @@ def _same_function(name: str, label: str, base: ModelConfig, probe: ModelConfig)
 
 def _own_option_probes(name: str, opts: dict) -> list[tuple[str, dict]]:
     """A changed value for each field of the design's options dataclass."""
-    from .model.registry import get_design
+    from .model.registry import get_design, resolve
 
     cls = get_design(name).options
     if cls is None:
         return []
     hints = typing.get_type_hints(cls)
-    current = dataclasses.asdict(cls(**opts))
+    own = {f.name for f in dataclasses.fields(cls)}
+    # resolved: a default that depends on the config (mix-ln's post_layers) is a number to change
+    current = {k: v for k, v in resolve(small_config(name, 2, options=opts)).options.items() if k in own}
     probes = []
     for f in dataclasses.fields(cls):
         value, tp = current[f.name], hints[f.name]
@@ -321,7 +341,7 @@ def _own_option_probes(name: str, opts: dict) -> list[tuple[str, dict]]:
 
 
 def _options(name, opts, **_):
-    from .model.registry import resolve
+    from .model.registry import get_design, resolve
 
     for label, base_over, probe_over in OPTION_PROBES:
         field_name = label.split("=")[0]
@@ -338,13 +358,11 @@ def _options(name, opts, **_):
             continue
         if resolve(base) == resolve(probe):
             continue  # the probe value is the design's default: nothing changes by construction
-        if field_name in RANGE_ONLY:
-            _same_function(name, label, base, probe)
-            continue
         if not _effect(base, probe):
             _fail(name, "options", f"{label} ({probe_over}) is accepted but changes nothing (parameters, "
-                                   f"logits, and logits after an update are the same); refuse it through "
-                                   f"the design's flags or make it act")
+                                   f"logits, and logits after an update are the same); {refusal_advice(label)}, "
+                                   f"or make it act")
+    cls = get_design(name).options
     for field_name, new_opts in _own_option_probes(name, opts):
         base, probe = small_config(name, 2, options=opts), small_config(name, 2, options=new_opts)
         refused, lines = _refused(probe)
@@ -352,8 +370,12 @@ def _options(name, opts, **_):
             if not any("model.options" in line for line in lines):
                 _fail(name, "options", f"options.{field_name} is refused without naming it: {lines}")
             continue
+        if _range_only(cls, field_name):
+            _same_function(name, f"options.{field_name}", base, probe)
+            continue
         if not _effect(base, probe):
-            _fail(name, "options", f"options.{field_name} = {new_opts[field_name]!r} changes nothing")
+            _fail(name, "options", f"options.{field_name} = {new_opts[field_name]!r} changes nothing; make it "
+                                   f"act, or drop it from the design's options dataclass")
 
 
 def _corpus(folder: Path) -> Path:

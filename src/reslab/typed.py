@@ -109,6 +109,8 @@ def _check_value(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
 
 
 def _build(cls: type, data: dict, prefix: str, errors: list[str]) -> Any:
+    if hasattr(cls, "upgrade_keys"):  # keys an earlier reslab wrote, moved to where they live now
+        data = cls.upgrade_keys(data, prefix, errors)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
@@ -151,7 +153,8 @@ def to_dict(obj: Any) -> dict:
 
 class Typed:
     """Mixin for the frozen config dataclasses: copy with changes, plain dict, checked construction.
-    TABLE names the config's table in error paths (e.g. "model.n_head")."""
+    TABLE names the config's table in error paths (e.g. "model.n_head"). A class may define
+    `upgrade_keys(data, prefix, errors) -> data` to read keys that an earlier reslab wrote."""
 
     TABLE = ""
 

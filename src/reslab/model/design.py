@@ -51,7 +51,6 @@ class Design:
     attention_carry: bool = False                 # value_residual / residual_attention apply
     fsdp: bool = True                             # may be trained sharded (train.parallel = "fsdp")
     qk_norm: bool = True                          # its attention is reslab's, so qk_norm and xsa reach it
-    own_fields: tuple = ()                        # ModelConfig fields that only designs declaring them take
     check: Callable | None = None                 # (resolved cfg, given cfg) -> error lines of its own rules
     options: type | None = None                   # dataclass of the design's own hyperparameters ([model.options])
     plugin: str | None = None                     # the module that registered it (None: built into reslab)
@@ -78,7 +77,6 @@ class Design:
                 "qk_norm": self.qk_norm, "xsa": self.qk_norm,
                 "residual_update": ["add", "orthogonal"] if self.learned_scales else ["add"],
                 "stochastic_depth": self.learned_scales,
-                "own_fields": list(self.own_fields),
                 "options": {f.name: _default_text(f) for f in dataclasses.fields(self.options)}
                 if self.options else {},
                 "plugin": self.plugin, "plugin_version": self.plugin_version}

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from .config import ModelConfig
 from .attention import AttentionCarry
 from .blocks.depth import DepthState, DepthStream
 from .blocks.hyper import HyperStream
@@ -26,7 +26,8 @@ from .init import init_weights
 from .norms import make_norm
 from .prores import prores_alpha
 from .stochastic_depth import drop_rates, keep_factors
-from .registry import get_design, layer_design, resolve
+from .options import SASOptions
+from .registry import design_options, get_design, layer_design, resolve
 
 
 class SingleStream(nn.Module):
@@ -36,7 +37,8 @@ class SingleStream(nn.Module):
         super().__init__()
         self.embed_norm = make_norm(cfg.norm if cfg.embed_norm else "none", cfg.n_embd,
                                     bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
-        norm_free = cfg.norm_free  # sas / sas-p without norms keep only the first layer's
+        opts = design_options(cfg)
+        norm_free = isinstance(opts, SASOptions) and opts.norm_free  # sas / sas-p without norms keep only the first layer's
         self.final_norm = make_norm(cfg.norm if final_norm and not norm_free else "none", cfg.n_embd,
                                     bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
 
@@ -55,7 +57,7 @@ class DualStream(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.s = cfg.resi_dual_scale
+        self.s = design_options(cfg).scale
         self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.s ** 2,
                                     alpha=cfg.dyt_alpha)
 

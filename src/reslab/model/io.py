@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..config import ModelConfig
+from .config import ModelConfig
 from ..errors import ConfigError, ReslabError
 from ..fileio import atomic_path, read_json, write_json
 from .gpt import GPT

@@ -6,7 +6,83 @@ without building a model. Each block reads its own with `design_options(cfg)`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal, Optional
+
+MAX_HYPER_STREAMS = 64       # hyper-connections use n = 2..8
+MAX_SINKHORN_ITERS = 10_000
+
+
+def _whole(name: str, value, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        span = f"in {lo}..{hi:,}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be a whole number {span}, got {value!r}")
+
+
+def _positive(name: str, value) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+# The designs below had their hyperparameters as [model] fields (model.gate_bias, ...) before; those
+# old spellings are read, and their run identities kept, by model/spellings.py.
+@dataclass(frozen=True)
+class GatedOptions:
+    bias: float = 2.0              # b_g, the update gate's bias: z = sig(... - b_g) (identity-leaning at init)
+
+
+@dataclass(frozen=True)
+class HyperOptions:
+    streams: int = 4               # n parallel residual streams
+    mixing: Literal["free", "sinkhorn"] = "free"  # sinkhorn: mHC's doubly stochastic stream mixing
+    dynamic: bool = False          # the weights also depend on the input (DHC)
+    sinkhorn_iters: int = 20       # Sinkhorn-Knopp iterations (mixing = "sinkhorn")
+
+    def __post_init__(self):
+        _whole("streams", self.streams, 1, MAX_HYPER_STREAMS)
+        _whole("sinkhorn_iters", self.sinkhorn_iters, 1, MAX_SINKHORN_ITERS)
+        if self.sinkhorn_iters != 20 and self.mixing != "sinkhorn":
+            raise ValueError("sinkhorn_iters needs mixing = 'sinkhorn'")
+        if self.mixing == "sinkhorn" and self.streams < 2:
+            raise ValueError("mixing = 'sinkhorn' needs at least 2 streams (a 1 x 1 doubly stochastic "
+                             "matrix is the constant 1); use 'free' for streams = 1")
+
+
+@dataclass(frozen=True)
+class NGPTOptions:
+    alpha_init: float = 0.05       # the eigen learning rates alpha_A, alpha_M at init
+
+    def __post_init__(self):
+        _positive("alpha_init", self.alpha_init)
+
+
+@dataclass(frozen=True)
+class SASOptions:
+    norm_free: bool = False        # drop every norm except the first layer's (the final norm too)
+    ff_gain: float = 0.1           # initial b_FF, the trainable MLP-branch gain
+
+
+@dataclass(frozen=True)
+class ResiDualOptions:
+    # s: bounds the dual stream for fp16; no effect on the function (the conformance kit checks so)
+    scale: float = field(default=1.0, metadata={"range_only": True})
+
+    def __post_init__(self):
+        _positive("scale", self.scale)
+
+
+@dataclass(frozen=True)
+class MixLNOptions:
+    post_layers: Optional[int] = None  # how many first layers are post-ln (default: ceil(L/4))
+
+    def __post_init__(self):
+        if self.post_layers is not None:
+            _whole("post_layers", self.post_layers, 0)
+
+    def filled(self, cfg) -> "MixLNOptions":
+        """The default depends on the depth: ceil(n_layer / 4), Mix-LN's choice."""
+        return self if self.post_layers is not None else replace(self, post_layers=math.ceil(cfg.n_layer / 4))
 
 
 @dataclass(frozen=True)

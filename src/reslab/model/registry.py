@@ -2,7 +2,7 @@
 
 Every design, built in or from a plugin, enters through `register_design` (the zoo's own are in
 model/zoo.py). `resolve(cfg)` fills every field the user left as None with the design's default,
-checks the design's own options ([model.options]) and refuses combinations that have no meaning for
+checks the own options ([model.options]) of the designs the model uses and refuses combinations that have no meaning for
 the design, one line per problem, naming the field. The refusals are built from the designs'
 capability flags, so a message lists the designs that do allow what was asked for, plugins included.
 
@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-from ..config import ModelConfig, check_shapes, raise_if
+from .config import ModelConfig, check_shapes, raise_if
 from ..errors import ConfigError, ReslabError
 from ..typed import from_dict
 from .design import ALL_NORMS, NORMED, STREAM_KINDS, Design
@@ -47,7 +47,7 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
                     partial_residual: bool = True, prores: bool = False, attention_options: bool = False,
                     per_layer: bool = False, layer_base: bool = True, learned_scales: bool = False,
                     attention_carry: bool = False, fsdp: bool = True, qk_norm: bool = True,
-                    own_fields: tuple = (), check: Callable | None = None, options: type | None = None,
+                    check: Callable | None = None, options: type | None = None,
                     plugin: str | None = None, plugin_version: str | None = None,
                     replace: bool = False) -> Design:
     """Add a block design to the zoo; every reslab path (CLI, sweeps, studies, load_model) can then use it.
@@ -63,11 +63,12 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
     flags     final_norm, norms, partial_residual, prores, attention_options, per_layer, layer_base,
               learned_scales, attention_carry, fsdp, qk_norm: what the design allows (see model/design.py)
     defaults  values for ModelConfig fields left unset, e.g. {"norm": "rmsnorm"} (a value or cfg -> value)
-    own_fields  ModelConfig fields that only designs declaring them take (refused for the others)
     check     (resolved cfg, given cfg) -> list of error lines for the design's own rules
     options   a dataclass of the design's own hyperparameters, set in TOML as [model.options]
-              (bool, int, float, str, Literal, Optional, list and dict fields, each with a default);
-              blocks read them with reslab.design_options(cfg)
+              (bool, int, float, str, Literal, Optional, list and dict fields, each with a default;
+              __post_init__ may raise ValueError for a bad value; a method filled(cfg) -> options may
+              fill a default that depends on the config, as mix-ln's post_layers = ceil(L/4)); blocks
+              read them with reslab.design_options(cfg, layer)
     plugin    the registering module (found from the block when not given; None for reslab's own)
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -81,7 +82,7 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
         _fail(name, f"stream must be one of {', '.join(STREAM_KINDS)}, got {stream!r}")
     if not norms or not set(norms) <= set(ALL_NORMS):
         _fail(name, f"norms must be a non-empty subset of {', '.join(ALL_NORMS)}, got {norms!r}")
-    for key in list(defaults or {}) + list(own_fields):
+    for key in defaults or {}:
         if key not in _FIELDS:
             _fail(name, f"{key!r} is not a ModelConfig field (a design's own hyperparameters go in options=)")
     if not isinstance(formula, str) or not formula.strip() or not isinstance(reference, str):
@@ -98,7 +99,7 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
                     defaults=dict(defaults or {}), partial_residual=partial_residual, prores=prores,
                     attention_options=attention_options, per_layer=per_layer, layer_base=layer_base,
                     learned_scales=learned_scales, attention_carry=attention_carry, fsdp=fsdp,
-                    qk_norm=qk_norm, own_fields=tuple(own_fields), check=check, options=options, plugin=plugin,
+                    qk_norm=qk_norm, check=check, options=options, plugin=plugin,
                     plugin_version=plugin_version)
     DESIGNS[name] = design
     return design
@@ -152,10 +153,14 @@ def get_design(name: str) -> Design:
     return DESIGNS[name]
 
 
-def design_options(cfg: ModelConfig):
-    """The design's own hyperparameters ([model.options]) as its options dataclass (None if it has none)."""
-    d = get_design(cfg.design)
-    return None if d.options is None else from_dict(d.options, dict(cfg.options), "model.options")
+def design_options(cfg: ModelConfig, layer: int | None = None):
+    """The own hyperparameters ([model.options]) of the model's design, or of layer `layer`'s (counted
+    from 1; a per-layer design's), as its options dataclass (None if it has none)."""
+    d = get_design(cfg.design) if layer is None else layer_design(cfg, layer)
+    if d.options is None:
+        return None
+    own = {f.name for f in dataclasses.fields(d.options)}  # the table also holds other layers' designs' options
+    return from_dict(d.options, {k: v for k, v in cfg.options.items() if k in own}, "model.options")
 
 
 def _join(names: list[str]) -> str:
@@ -168,10 +173,6 @@ def _flagged(flag: str) -> list[str]:
 
 def _names(flag: str) -> str:
     return ", ".join(_flagged(flag))
-
-
-def _declaring(field_name: str) -> list[str]:
-    return [n for n, x in DESIGNS.items() if field_name in x.own_fields]
 
 
 def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool = True) -> list[str]:
@@ -192,7 +193,6 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool =
             if getattr(given, flag):
                 errors.append(f"model.{flag}: only {_join(_flagged('attention_options'))} "
                               f"take {flag}; not {d.name}")
-    errors += _own_field_refusals(cfg, d, given)
     if given.embed_norm and d.stream == "dual":
         errors.append(f"model.embed_norm: {d.name} feeds the embedding to both streams unnormalised; "
                       "it has no embedding norm")
@@ -211,21 +211,6 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool =
     if d.check is not None and run_check:
         errors += list(d.check(cfg, given))
     return errors + _layer_design_refusals(cfg, d)
-
-
-def _own_field_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
-    """A field some designs declare as their own, set for a design (and per-layer designs) that does not."""
-    layer_names = set(parse_layer_designs(cfg)[0].values()) if cfg.layer_designs else set()
-    owners_here = {d.name} | layer_names
-    errors = []
-    for name in sorted({f for x in DESIGNS.values() for f in x.own_fields}, key=list(_FIELDS).index):
-        if getattr(given, name) == _field_default(name):
-            continue
-        owners = _declaring(name)
-        if not owners_here & set(owners):
-            errors.append(f"model.{name}: only {_join(owners)} take{'s' if len(owners) == 1 else ''} "
-                          f"{name}; not {d.name}")
-    return errors
 
 
 def _own_attention() -> str:
@@ -292,9 +277,6 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
                 errors.append(f"model.layer_designs: layer {layer} is {name}, which has no learned skip / branch "
                               f"scales (skip_scale / branch_scale); choose one of {_names('learned_scales')}")
                 break
-    if cfg.norm == "dyt" and cfg.resi_dual_scale != 1.0:
-        errors.append("model.resi_dual_scale: s relies on N(s*z) = N(z), which DyT (not scale-invariant) "
-                      "breaks; use norm = 'layernorm' or 'rmsnorm', or s = 1")
     if given.branch_scale_init not in (None, 1.0) and cfg.branch_scale == "none":  # 1.0: already resolved
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
     if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
@@ -356,19 +338,34 @@ def layer_design(cfg: ModelConfig, layer: int) -> Design:
 
 
 def _resolved_options(cfg: ModelConfig, d: Design, errors: list[str]) -> dict:
-    """[model.options] checked against the design's options dataclass, with its defaults filled in."""
-    if d.options is None:
+    """[model.options] checked against the options dataclasses of the designs the model uses (its
+    design and its per-layer designs), with their defaults filled in."""
+    layer_names = [n for n in dict.fromkeys(parse_layer_designs(cfg)[0].values()) if n != d.name]
+    used = [x for x in [d] + [DESIGNS[n] for n in layer_names] if x.options is not None]
+    if not used:
         if cfg.options:
             errors.append(f"model.options: {d.name} has no options of its own; remove "
                           f"{', '.join(sorted(cfg.options))}")
         return dict(cfg.options)
-    try:
-        return dataclasses.asdict(from_dict(d.options, dict(cfg.options), "model.options"))
-    except ConfigError as e:
-        errors.extend(e.errors)
-    except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
-        errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
-    return dict(cfg.options)
+    fields_of = {x.name: {f.name for f in dataclasses.fields(x.options)} for x in used}
+    known = set().union(*fields_of.values())
+    for key in sorted(set(cfg.options) - known):
+        errors.append(f"model.options.{key}: unknown key; allowed keys are {', '.join(sorted(known))}")
+    resolved: dict = {}
+    for x in used:
+        try:
+            opts = from_dict(x.options, {k: v for k, v in cfg.options.items() if k in fields_of[x.name]},
+                             "model.options")
+        except ConfigError as e:
+            errors.extend(e.errors)
+            continue
+        except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
+            errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
+            continue
+        if hasattr(opts, "filled"):  # defaults that depend on the rest of the config (mix-ln's post_layers)
+            opts = opts.filled(cfg)
+        resolved.update(dataclasses.asdict(opts))
+    return resolved if not errors else dict(cfg.options)
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:

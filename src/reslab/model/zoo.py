@@ -6,12 +6,11 @@ built), and its capability flags; a design's own rules (e.g. nGPT's SwiGLU) are 
 
 from __future__ import annotations
 
-import math
-
-from ..config import ModelConfig
+from .config import ModelConfig
 from .design import ALL_NORMS
-from .options import (AttnResOptions, DenseFormerOptions, FracOptions, LaurelOptions, NormFormerOptions,
-                      ParallelOptions, SpeedrunOptions)
+from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HyperOptions, LaurelOptions,
+                      MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions, ResiDualOptions, SASOptions,
+                      SpeedrunOptions)
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -24,16 +23,24 @@ def cait_layerscale_init(n_layer: int) -> float:
 
 
 def mix_ln_block(cfg: ModelConfig, layer: int):
-    """Mix-LN: the first mix_ln_post_layers layers post-ln, the rest pre-ln."""
+    """Mix-LN: the first options.post_layers layers post-ln, the rest pre-ln."""
     from .blocks.post_norm import PostLNBlock
     from .blocks.pre_norm import PreLNBlock
 
-    return PostLNBlock(cfg, layer) if layer <= cfg.mix_ln_post_layers else PreLNBlock(cfg, layer)
+    return PostLNBlock(cfg, layer) if layer <= design_options(cfg).post_layers else PreLNBlock(cfg, layer)
 
 
 def _mix_ln_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    if not 0 <= cfg.mix_ln_post_layers <= cfg.n_layer:
-        return [f"model.mix_ln_post_layers: must be in 0..n_layer={cfg.n_layer}, got {cfg.mix_ln_post_layers}"]
+    n = design_options(cfg).post_layers
+    if n > cfg.n_layer:
+        return [f"model.options.post_layers: must be in 0..n_layer={cfg.n_layer}, got {n}"]
+    return []
+
+
+def _resi_dual_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if cfg.norm == "dyt" and design_options(cfg).scale != 1.0:
+        return ["model.options.scale: s relies on N(s*z) = N(z), which DyT (not scale-invariant) "
+                "breaks; use norm = 'layernorm' or 'rmsnorm', or s = 1"]
     return []
 
 
@@ -41,15 +48,6 @@ def _layerscale_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
     if cfg.branch_scale != "channel":
         return [f"model.branch_scale: layerscale is a per-channel branch scale diag(lambda); it needs "
                 f"'channel', got {cfg.branch_scale!r} (for a scalar one use pre-ln with branch_scale = 'scalar')"]
-    return []
-
-
-def _hyper_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    if cfg.sinkhorn_iters != ModelConfig.sinkhorn_iters and cfg.hyper_mixing != "sinkhorn":
-        return ["model.sinkhorn_iters: needs hyper_mixing = 'sinkhorn'"]
-    if cfg.hyper_mixing == "sinkhorn" and cfg.hyper_streams < 2:
-        return ["model.hyper_streams: hyper_mixing = 'sinkhorn' needs at least 2 streams (a 1 x 1 "
-                "doubly stochastic matrix is the constant 1); use 'free' for n = 1"]
     return []
 
 
@@ -86,8 +84,7 @@ register_design("peri-ln", _BLOCKS + "pre_norm:SandwichBlock",
 register_design("mix-ln", "reslab.model.zoo:mix_ln_block",
                 formula="first ceil(L/4) layers post-ln (x = N(x + F(x))), the rest pre-ln",
                 reference="Li et al. 2024 (Mix-LN)", prores=True, learned_scales=True, attention_carry=True,
-                layer_base=False, own_fields=("mix_ln_post_layers",),
-                defaults={"mix_ln_post_layers": lambda cfg: math.ceil(cfg.n_layer / 4)}, check=_mix_ln_check)
+                layer_base=False, options=MixLNOptions, check=_mix_ln_check)
 register_design("deepnorm", _BLOCKS + "post_norm:DeepNormBlock",
                 formula="x = N(a*x + F(x)), a = (2L)^(1/4); v, out-proj, fc1, fc2 init x (8L)^(-1/4)",
                 reference="Wang et al. 2022 (DeepNet)", final_norm=False, prores=True,
@@ -106,8 +103,8 @@ register_design("rezero", _BLOCKS + "rezero:ReZeroBlock", formula="x = x + g*F(x
 register_design("resi-dual", _BLOCKS + "resi_dual:ResiDualBlock",
                 formula="f = F(xa); xd = xd + s*f; xa = N(xa + f); head reads xa + N(xd)",
                 reference="Xie et al. 2023 (ResiDual)", stream="dual", final_norm=False, partial_residual=False,
-                own_fields=("resi_dual_scale",))
-_SIMPLIFIED = dict(attention_options=True, layer_base=False, own_fields=("norm_free", "sas_ff_gain"))
+                options=ResiDualOptions, check=_resi_dual_check)
+_SIMPLIFIED = dict(attention_options=True, layer_base=False, options=SASOptions)
 register_design("sas", _BLOCKS + "simplified:SASBlock",
                 formula="h = g*SA(N1(x)); out = a*h + b*M(N2(h)); SA shaped, value/proj = I",
                 reference="He & Hofmann 2024 (Simplifying Transformer Blocks)",
@@ -136,18 +133,17 @@ register_design("gated", _BLOCKS + "gated:GatedBlock",
                 formula="y = ReLU(F(N(x))); r = sig(W_r y + U_r x); z = sig(W_z y + U_z x - b_g); "
                         "h = tanh(W_g y + U_g(r*x)); x = (1-z)*x + z*h; final N",
                 reference="Parisotto et al. 2020 (GTrXL)", partial_residual=False, per_layer=True,
-                own_fields=("gate_bias",))
+                options=GatedOptions)
 
 # ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
 register_design("hyper-connections", _BLOCKS + "hyper:HyperBlock",
                 formula="n streams H_i = emb; per sublayer k: h = sum_i A_m[i] H_i; y = F(N(h)); "
                         "H'_j = sum_i A_r[i,j] H_i + B[j] y; head reads N(sum_i H_i); init A_m = e_(k mod n), "
-                        "A_r = I, B = 1 (pre-ln); hyper_dynamic: + s*tanh(N(H) W); sinkhorn: A_r = "
+                        "A_r = I, B = 1 (pre-ln); options.dynamic: + s*tanh(N(H) W); options.mixing = sinkhorn: A_r = "
                         "SinkhornKnopp(R), read sigmoid, write 2*sigmoid (mHC)",
                 reference="Zhu et al. 2024 (Hyper-Connections, ICLR 2025); Xie et al. 2025 (mHC: "
                           "Manifold-Constrained Hyper-Connections)",
-                stream="hyper", partial_residual=False, check=_hyper_check,
-                own_fields=("hyper_streams", "hyper_mixing", "hyper_dynamic", "sinkhorn_iters"))
+                stream="hyper", partial_residual=False, options=HyperOptions)
 
 # ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
 register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
@@ -155,12 +151,13 @@ register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
                         "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
                 reference="Loshchilov et al. 2024 (nGPT)", stream="ngpt", final_norm=False, norms=("none",),
                 defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False,
-                fsdp=False, qk_norm=False, own_fields=("ngpt_alpha_init",), check=_ngpt_check)
+                fsdp=False, qk_norm=False, options=NGPTOptions, check=_ngpt_check)
 
 # ---- Zoo III (issue 17): the parallel block (blocks/parallel.py) ----
 register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
                 formula="x = x + A(N1(x)) + M(N2(x)); options.shared_norm: x = x + A(N(x)) + M(N(x))",
-                reference="Wang & Komatsuzaki 2021 (GPT-J); Chowdhery et al. 2022 (PaLM)",
+                reference="Black et al. 2022 (GPT-NeoX-20B); options.shared_norm: Wang & Komatsuzaki 2021 "
+                          "(GPT-J), Chowdhery et al. 2022 (PaLM)",
                 options=ParallelOptions,
                 partial_residual=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True)
 

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..config import ModelConfig
+from ..model.config import ModelConfig
 from ..data.config import DataConfig
 from ..data.config import check as check_data
 from ..errors import ConfigError, ReslabError
 from ..model.registry import DESIGNS
 from ..model.registry import resolve as resolve_model
+from ..model.spellings import identity_spelling
 from ..typed import INT_MAX, Typed, from_dict
+from .identity_defaults import BASELINE
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -201,10 +203,13 @@ def canonical(config: dict, baseline: dict | None = None, defaults: dict | None 
     - a field that a later reslab adds at its default changes neither (it equals its baseline);
     - a default that a later reslab changes makes a new run (the new value differs from the
       frozen one, so it is kept), which trains in a new folder and leaves the old run as it was.
-    A field missing from the baseline is compared with its current default (`defaults`)."""
+    A field missing from the baseline is compared with its current default (`defaults`).
+    Design options that were [model] fields are compared as those fields (model/spellings.py)."""
     if baseline is None:
-        from .identity_defaults import BASELINE as baseline
+        baseline = BASELINE
     defaults = RunConfig().to_dict() if defaults is None else defaults
+    if isinstance(config.get("model"), dict):
+        config = {**config, "model": identity_spelling(config["model"])}
     out = {}
     for key, value in config.items():
         reference = baseline[key] if key in baseline else defaults.get(key, _MISSING)

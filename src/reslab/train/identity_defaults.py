@@ -43,6 +43,8 @@ BASELINE: dict = {
         "embed_norm": None,
         "shaped_attention": None,
         "vp_identity": None,
+        # norm_free ... mix_ln_post_layers, gate_bias, hyper_*, sinkhorn_iters, ngpt_alpha_init are
+        # [model.options] of their designs now; canonical() compares those options as these fields.
         "norm_free": False,
         "sas_ff_gain": 0.1,
         "resi_dual_scale": 1.0,

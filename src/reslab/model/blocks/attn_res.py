@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from . import base
 from .depth import DepthState, depth_softmax_mix, unit_rms

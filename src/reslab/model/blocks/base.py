@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..attention import CausalSelfAttention
 from ..mlp import MLP
 from ..norms import make_norm

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from .depth import DepthState, weighted_sum
 from .pre_norm import PreLNBlock

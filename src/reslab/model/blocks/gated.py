@@ -13,7 +13,7 @@ with the GRU gate (their best variant). For each sublayer F (attention A, then M
         └── N ── F ── ReLU ── y ──── gate(x, y)
 
 There is no add: the gate weighs the SKIP by (1 - z) and the candidate h by z, per channel and
-token, both learned. b_g is a learned per-channel bias, initialised to cfg.gate_bias (2.0:
+token, both learned. b_g is a learned per-channel bias, initialised to options.bias (2.0:
 z ~ sigmoid(-2) ~ 0.12), so every block starts close to the identity map, which the paper credits
 for the stability. W_* and U_* are C x C Linear maps without bias, initialised by the model's
 init scheme like every Linear. A runtime branch_gain multiplies y (the BRANCH); gain_mode "init"
@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
+from ..registry import design_options
 from . import base
 
 
@@ -62,8 +63,9 @@ class GatedBlock(base.Block):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
         self.gain = cfg.branch_gain if cfg.gain_mode == "runtime" else 1.0
-        self.norm1, self.attn, self.attn_gate = base.norm(cfg), base.attention(cfg, layer), GRUGate(cfg.n_embd, cfg.gate_bias)
-        self.norm2, self.mlp, self.mlp_gate = base.norm(cfg), base.mlp(cfg), GRUGate(cfg.n_embd, cfg.gate_bias)
+        b_g = design_options(cfg, layer).bias  # layer: gated may be one layer's design (layer_designs)
+        self.norm1, self.attn, self.attn_gate = base.norm(cfg), base.attention(cfg, layer), GRUGate(cfg.n_embd, b_g)
+        self.norm2, self.mlp, self.mlp_gate = base.norm(cfg), base.mlp(cfg), GRUGate(cfg.n_embd, b_g)
 
     def _branch(self, y: torch.Tensor) -> torch.Tensor:
         y = torch.relu(y)

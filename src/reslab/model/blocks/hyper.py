@@ -75,7 +75,8 @@ import math
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
+from ..registry import design_options
 from ..norms import make_norm
 from . import base
 
@@ -148,8 +149,9 @@ class HyperConnection(nn.Module):
 
     def __init__(self, cfg: ModelConfig, k: int):
         super().__init__()
-        n, C = cfg.hyper_streams, cfg.n_embd
-        self.n, self.k, self.dynamic = n, k, cfg.hyper_dynamic
+        opts = design_options(cfg)
+        n, C = opts.streams, cfg.n_embd
+        self.n, self.k, self.dynamic = n, k, opts.dynamic
         self.a_m = nn.Parameter(torch.empty(n))        # A_m, read
         self.a_r = nn.Parameter(torch.empty(n, n))     # A_r, mix: A_r[i, j] = stream i into stream j
         self.b = nn.Parameter(torch.empty(n))          # B, write
@@ -192,9 +194,10 @@ class ManifoldHyperConnection(nn.Module):
 
     def __init__(self, cfg: ModelConfig, k: int):
         super().__init__()
-        n, C = cfg.hyper_streams, cfg.n_embd
-        self.n, self.k, self.dynamic = n, k, cfg.hyper_dynamic
-        self.iters, self.eps = cfg.sinkhorn_iters, cfg.norm_eps
+        opts = design_options(cfg)
+        n, C = opts.streams, cfg.n_embd
+        self.n, self.k, self.dynamic = n, k, opts.dynamic
+        self.iters, self.eps = opts.sinkhorn_iters, cfg.norm_eps
         self.b_pre = nn.Parameter(torch.empty(n))
         self.b_post = nn.Parameter(torch.empty(n))
         self.b_res = nn.Parameter(torch.empty(n, n))   # R: H_res = SinkhornKnopp(R)
@@ -236,7 +239,7 @@ class HyperBlock(base.Block):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        connection = ManifoldHyperConnection if cfg.hyper_mixing == "sinkhorn" else HyperConnection
+        connection = ManifoldHyperConnection if design_options(cfg).mixing == "sinkhorn" else HyperConnection
         k = 2 * (layer - 1)
         self.attn_hc, self.norm1, self.attn = connection(cfg, k), base.norm(cfg), base.attention(cfg, layer)
         self.mlp_hc, self.norm2, self.mlp = connection(cfg, k + 1), base.norm(cfg), base.mlp(cfg)
@@ -259,7 +262,7 @@ class HyperStream(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n = cfg.hyper_streams
+        self.n = design_options(cfg).streams
         self.embed_norm = make_norm(cfg.norm if cfg.embed_norm else "none", cfg.n_embd,
                                     bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
         self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.n ** 2,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..norms import make_norm
 from . import base
 from .depth import DepthState, weighted_sum

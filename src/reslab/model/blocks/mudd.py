@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from . import base
 from .depth import DepthState, weighted_sum
 

@@ -35,7 +35,7 @@ The paper's scale trick (its section 2.5): a scaler s with wanted initial value 
 a parameter initialised to s_scale and used as  s_eff = s * (s_init / s_scale),  so that Adam's step
 on it acts like a step of size lr * s_init / s_scale on s_eff. The values used here, as in the paper:
 
-    alpha_A, alpha_M   s_init = cfg.ngpt_alpha_init (0.05)   s_scale = 1/sqrt(C)
+    alpha_A, alpha_M   s_init = options.alpha_init (0.05)   s_scale = 1/sqrt(C)
     s_qk               s_init = 1                            s_scale = 1/sqrt(C)
     s_u, s_v           s_init = 1                            s_scale = 1
     s_z                s_init = 1                            s_scale = 1/sqrt(C)
@@ -56,7 +56,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
+from ..registry import design_options
 from ..attention import rotate_rope
 from . import base
 
@@ -184,8 +185,9 @@ class NGPTBlock(base.Block):
         super().__init__(cfg, layer)
         C = cfg.n_embd
         self.attn, self.mlp = NGPTAttention(cfg), NGPTMLP(cfg)
-        self.alpha_attn = Scaler(C, init=cfg.ngpt_alpha_init, scale=1.0 / math.sqrt(C))   # alpha_A
-        self.alpha_mlp = Scaler(C, init=cfg.ngpt_alpha_init, scale=1.0 / math.sqrt(C))    # alpha_M
+        alpha_init = design_options(cfg).alpha_init
+        self.alpha_attn = Scaler(C, init=alpha_init, scale=1.0 / math.sqrt(C))   # alpha_A
+        self.alpha_mlp = Scaler(C, init=alpha_init, scale=1.0 / math.sqrt(C))    # alpha_M
 
     def branch_outputs(self) -> list[nn.Module]:
         return []   # Norm(F(h)) would undo any gain on W_o; ngpt refuses branch_gain

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from . import base
 
@@ -27,7 +27,7 @@ class NormFormerBlock(base.Block):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        opts = design_options(cfg)
+        opts = design_options(cfg, layer)
         self.norm1, self.attn = base.norm(cfg), base.attention(cfg, layer, head_scale=opts.head_scale)
         self.attn_out_norm = base.norm(cfg) if opts.attn_out_norm else nn.Identity()
         self.norm2, self.mlp = base.norm(cfg), base.mlp(cfg, mid_norm=opts.ffn_mid_norm)

@@ -1,6 +1,6 @@
 """The parallel block (GPT-J, PaLM, GPT-NeoX): attention and MLP read the same input, side by side.
 
-    parallel                  x = x + A(N1(x)) + M(N2(x))
+    parallel                  x = x + A(N1(x)) + M(N2(x))      (GPT-NeoX: two norms per layer)
     shared_norm = true        x = x + A(N(x))  + M(N(x))       (GPT-J, PaLM: one norm per layer)
 
     x ──┬───────────────────────────(+)──>
@@ -18,7 +18,7 @@ Options ([model.options]): shared_norm. Peers: litgpt `parallel_residual = True`
 
 from __future__ import annotations
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..registry import design_options
 from . import base
 
@@ -28,7 +28,7 @@ class ParallelBlock(base.Block):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        self.shared_norm = design_options(cfg).shared_norm
+        self.shared_norm = design_options(cfg, layer).shared_norm
         self.norm1, self.attn = base.norm(cfg), base.attention(cfg, layer)
         self.norm2 = None if self.shared_norm else base.norm(cfg)
         self.mlp = base.mlp(cfg)

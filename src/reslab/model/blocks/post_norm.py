@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from . import base
 
 

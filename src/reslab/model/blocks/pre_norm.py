@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from . import base
 
 

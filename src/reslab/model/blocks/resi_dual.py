@@ -8,14 +8,15 @@ xd the plain sum of every branch output (pre-ln's stream), scaled by s to stay i
 
 from __future__ import annotations
 
-from ...config import ModelConfig
+from ..config import ModelConfig
+from ..registry import design_options
 from . import base
 
 
 class ResiDualBlock(base.Block):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        self.s = cfg.resi_dual_scale
+        self.s = design_options(cfg).scale
         self.attn, self.norm1 = base.attention(cfg, layer), base.norm(cfg)
         self.mlp, self.norm2 = base.mlp(cfg), base.norm(cfg)
         self.attn_residual, self.attn_dual_residual = base.residual(cfg), base.residual(cfg)

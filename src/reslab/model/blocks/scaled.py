@@ -25,7 +25,7 @@ skip), with the runtime branch gain and ProRes alpha (which multiply the branch)
 
 from __future__ import annotations
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from . import base
 
 

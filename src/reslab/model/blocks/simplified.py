@@ -13,17 +13,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
+from ..registry import design_options
 from . import base
 
 
 class _SimplifiedBlock(base.Block):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        self.norm_kind = "none" if cfg.norm_free and layer > 1 else cfg.norm
-        self.ff_gain_init = cfg.sas_ff_gain
+        opts = design_options(cfg)
+        self.norm_kind = "none" if opts.norm_free and layer > 1 else cfg.norm
+        self.ff_gain_init = opts.ff_gain
         self.g_attn = nn.Parameter(torch.ones(()))
-        self.b_ff = nn.Parameter(torch.full((), cfg.sas_ff_gain))
+        self.b_ff = nn.Parameter(torch.full((), opts.ff_gain))
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.g_attn)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from ..config import ModelConfig
 from ..norms import make_norm
 from ..registry import design_options
 from .pre_norm import PreLNBlock
