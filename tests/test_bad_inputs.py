@@ -367,7 +367,7 @@ def _raise(exc):
 
 
 def test_an_unexpected_exception_is_one_internal_error_line(monkeypatch, capsys):
-    import reslab.cli as cli_module
+    import reslab.cli.root as cli_module
 
     monkeypatch.setattr(cli_module, "cmd_presets", _raise(ZeroDivisionError("boom\nsecond line")))
     monkeypatch.setattr(cli_module, "_PARSER", None)  # rebuilt with the patched verb
@@ -381,7 +381,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(monkeypatch, capsys)
 
 
 def test_an_os_error_on_a_path_is_one_line_naming_it(monkeypatch, capsys):
-    import reslab.cli as cli_module
+    import reslab.cli.root as cli_module
 
     monkeypatch.setattr(cli_module, "cmd_presets", _raise(PermissionError(13, "Permission denied", "/x/y")))
     monkeypatch.setattr(cli_module, "_PARSER", None)
@@ -476,7 +476,7 @@ def test_import_hf_refuses_numbers_its_field_checks_let_through(lab, tmp_path, c
 
 def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys):
     """`reslab runs | head`: the reader leaving is no error of reslab's; nothing on stderr, 141."""
-    import reslab.cli as cli_module
+    import reslab.cli.root as cli_module
 
     monkeypatch.setattr(cli_module, "cmd_presets", _raise(BrokenPipeError(32, "Broken pipe")))
     monkeypatch.setattr(cli_module, "_PARSER", None)

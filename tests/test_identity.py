@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reslab.cli import config_hash
+from reslab.cli.root import config_hash
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.spec import expand, parse_spec, run_identity
 from reslab.sweep.store import Store

@@ -20,7 +20,7 @@ from reslab.probe import (
     read_csv,
     run_probe,
 )
-from reslab.probe.cli import add_probe_parser
+from reslab.cli.probe import add_probe_parser
 
 WIDTH, HEADS = 64, 4   # small and fast; the exponents are the same at width 128 (see the report)
 

@@ -35,8 +35,8 @@ def check_models(designs: list[str], depths: list[int], args) -> None:
     from ..config import MAX_SIZES
     from ..errors import ConfigError
     from ..model.registry import resolve
-    from .run import check_args
-    from .settings import config_for
+    from ..probe.run import check_args
+    from ..probe.settings import config_for
 
     check_args(designs, depths, args.seeds, args.mode)
     if max(depths) > MAX_SIZES["n_layer"]:
@@ -64,9 +64,9 @@ def cmd_probe(args) -> int:
     import torch
 
     from ..fileio import check_output_dir
-    from .plots import plot_all
-    from .run import format_table, run_probe, slopes_table
-    from .settings import check_mode
+    from ..probe.plots import plot_all
+    from ..probe.run import format_table, run_probe, slopes_table
+    from ..probe.settings import check_mode
 
     check_mode(args.mode)
     given = args.designs if args.designs is not None else MODE_DESIGNS[args.mode]  # "" is no default
@@ -92,7 +92,7 @@ def cmd_probe(args) -> int:
 def add_probe_parser(sub):
     """Add `reslab probe` to an argparse subparsers object (it carries reslab's parser class).
     Flag types refuse out-of-range numbers while parsing (one line naming the flag)."""
-    from ..cli import int_in
+    from .root import int_in
     from ..config import MAX_SIZES
     from ..train.config import MAX_THREADS
 

@@ -7,7 +7,7 @@ import functools
 import sys
 
 from ..errors import ReslabError
-from . import load_study, study_names, study_path
+from ..studies import load_study, study_names, study_path
 
 
 def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, extension: int = 0) -> str:
@@ -86,7 +86,7 @@ def cmd_study_spec(args) -> None:
 def cmd_study_run(args) -> int:
     from ..report.build import build_report
     from ..report.render import write_report
-    from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
+    from .sweep import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
     from ..sweep.store import Store
     from ..sweep.tune import all_planned, check_override_conflict, most_extension_runs, tune_name, tuning_runs
@@ -178,7 +178,7 @@ def verdict_lines(report: dict) -> list[str]:
 
 
 def add_parsers(sub, parser_class) -> None:
-    from ..sweep.cli import MAX_JOBS, add_run_options, add_stack_options, int_in
+    from .sweep import MAX_JOBS, add_run_options, add_stack_options, int_in
 
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
     ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..cli import int_in
+from .root import int_in
 from ..errors import ReslabError
 
 DEFAULT_STORE = "results"
@@ -67,7 +67,7 @@ def check_spec_record(store, name: str) -> None:
     from ..errors import ConfigError
     from ..fileio import read_json
     from ..typed import from_dict
-    from .spec import SweepSpec
+    from ..sweep.spec import SweepSpec
 
     path = store.specs_dir / f"{name}.json"
     if not path.exists():
@@ -124,7 +124,7 @@ def check_data_files(cfg) -> None:
 
 
 def _spec(args):
-    from .spec import load_spec
+    from ..sweep.spec import load_spec
 
     spec = load_spec(args.spec)
     return apply_run_options(spec, args)
@@ -132,8 +132,8 @@ def _spec(args):
 
 def apply_run_options(spec, args):
     """--seeds N and --set KEY=VALUE (applied to every run) of `sweep run|plan` and `study run`."""
-    from ..cli import parse_set
-    from .spec import with_overrides, with_seeds
+    from .root import parse_set
+    from ..sweep.spec import with_overrides, with_seeds
 
     if getattr(args, "set", None):
         spec = with_overrides(spec, parse_set(args.set))
@@ -141,9 +141,9 @@ def apply_run_options(spec, args):
 
 
 def cmd_sweep_run(args) -> int:
-    from .runner import run_sweep
-    from .store import Store
-    from .tune import all_planned, check_override_conflict, tune_name
+    from ..sweep.runner import run_sweep
+    from ..sweep.store import Store
+    from ..sweep.tune import all_planned, check_override_conflict, tune_name
 
     spec = _spec(args)
     check_override_conflict(spec, args.scale)
@@ -164,11 +164,11 @@ def cmd_sweep_run(args) -> int:
 
 
 def cmd_sweep_plan(args) -> None:
-    from .runner import plan_status
-    from .spec import expand
-    from .store import Store
-    from .more_seeds import comparison_seeds
-    from .tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
+    from ..sweep.runner import plan_status
+    from ..sweep.spec import expand
+    from ..sweep.store import Store
+    from ..sweep.more_seeds import comparison_seeds
+    from ..sweep.tune import check_override_conflict, plan, tune_name, tuning_runs, values_text
 
     spec = _spec(args)
     store = Store(readable_store(args))
@@ -235,7 +235,7 @@ STATUSES = ("completed", "diverged", "failed", "running", "interrupted", "pendin
 def _indexed_runs(args) -> list[dict]:
     """The index rows a `runs` verb's filters select. A --status that no run can have, or a --spec
     this store never ran, is refused: an empty list would look like an answer."""
-    from .store import Store
+    from ..sweep.store import Store
 
     if args.status is not None and args.status not in STATUSES:
         raise ReslabError(f"--status {args.status!r}: not a run status; choose one of {', '.join(STATUSES)}")
@@ -300,7 +300,7 @@ def check_run_folders(store) -> None:
 
 
 def cmd_runs_reindex(args) -> None:
-    from .store import Store
+    from ..sweep.store import Store
 
     root = writable_store(args)
     if not root.is_dir():  # reindexing nothing is a typo in the path, not a new empty store
@@ -313,7 +313,7 @@ def cmd_runs_reindex(args) -> None:
 
 def cmd_runs_export(args) -> None:
     from ..fileio import check_output_dir
-    from .export import export
+    from ..sweep.export import export
 
     runs = _indexed_runs(args)
     check_output_dir(args.out, "OUT_DIR")

@@ -15,8 +15,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from .errors import ConfigError, ReslabError
-from .typed import INT_MAX, deep_merge, short_int
+from ..errors import ConfigError, ReslabError
+from ..typed import INT_MAX, deep_merge, short_int
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,15 +82,15 @@ def parse_set(items: list[str]) -> dict:
 
 
 def read_toml(path: str) -> dict:
-    from .fileio import read_toml as read
+    from ..fileio import read_toml as read
 
     return read(path)
 
 
 def load_model_config(config_path: str | None, sets: list[str]):
     """The resolved ModelConfig from a TOML file's [model] table plus --set model.key=value."""
-    from .config import ModelConfig
-    from .model.registry import resolve
+    from ..config import ModelConfig
+    from ..model.registry import resolve
 
     data = read_toml(config_path) if config_path is not None else {}
     data = deep_merge(data, parse_set(sets))
@@ -104,8 +104,8 @@ def load_model_config(config_path: str | None, sets: list[str]):
 
 def load_run_config(config_path: str | None, preset: str | None, sets: list[str]):
     """Preset, then config file, then --set overrides, validated as one RunConfig."""
-    from .sweep.spec import check_preset
-    from .train.config import build_run_config
+    from ..sweep.spec import check_preset
+    from ..train.config import build_run_config
 
     data: dict = {}
     where = "config"
@@ -123,7 +123,7 @@ def load_run_config(config_path: str | None, preset: str | None, sets: list[str]
 def config_hash(cfg) -> str:
     import hashlib
 
-    from .train.config import canonical
+    from ..train.config import canonical
 
     text = json.dumps(canonical(cfg.to_dict()), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
@@ -131,9 +131,9 @@ def config_hash(cfg) -> str:
 
 # ---- verbs -----------------------------------------------------------------------------------------
 def cmd_variants(args) -> None:
-    from .model.design import MODEL_OPTIONS
-    from .model.registry import DESIGNS
-    from .plugins import load_plugins
+    from ..model.design import MODEL_OPTIONS
+    from ..model.registry import DESIGNS
+    from ..plugins import load_plugins
 
     load_plugins()  # designs of installed plugins and RESLAB_PLUGINS are listed too
     rows = [d.summary() for d in DESIGNS.values()]
@@ -156,7 +156,7 @@ def cmd_variants(args) -> None:
 def cmd_model(args) -> None:
     import torch
 
-    from .model.gpt import GPT
+    from ..model.gpt import GPT
 
     cfg = load_model_config(args.config, args.set)
     with torch.device("meta"):  # counting needs shapes only: a large config allocates nothing
@@ -180,15 +180,15 @@ def default_run_folder(cfg) -> Path:
 
 def check_data_cache(cfg) -> None:
     """The data cache is written before the run folder: refuse an unusable one first."""
-    from .data.config import cache_root
-    from .fileio import check_output_dir
+    from ..data.config import cache_root
+    from ..fileio import check_output_dir
 
     check_output_dir(cache_root(cfg.data), "data.cache_dir" if cfg.data.cache_dir else "data cache")
 
 
 def cmd_train(args) -> int:
-    from .fileio import check_output_dir
-    from .train.loop import train
+    from ..fileio import check_output_dir
+    from ..train.loop import train
 
     cfg = load_run_config(args.config, args.preset, args.set)
     out = check_output_dir(args.out, "--out") if args.out is not None else \
@@ -196,8 +196,8 @@ def cmd_train(args) -> int:
     check_data_cache(cfg)
     store = None
     if not args.no_store and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 lists the run
-        from .sweep.cli import writable_store
-        from .sweep.store import Store
+        from .sweep import writable_store
+        from ..sweep.store import Store
 
         store = Store(writable_store(args))  # refused before training, if it cannot be written
     import time
@@ -205,7 +205,7 @@ def cmd_train(args) -> int:
     started = time.time()
     result = train(cfg, out, log=lambda msg: print(msg, file=sys.stderr))
     if store is not None:
-        from .sweep.spec import run_identity
+        from ..sweep.spec import run_identity
 
         store.register_single(Path(out), cfg.to_dict(), run_identity(cfg), started_at=started,
                               finished_at=time.time(), wall_s=time.time() - started)
@@ -217,15 +217,15 @@ def cmd_train(args) -> int:
 
 
 def cmd_sample(args) -> None:
-    from .train.sample import sample  # the flags' ranges are checked by their argparse types
+    from ..train.sample import sample  # the flags' ranges are checked by their argparse types
 
     print(sample(args.run, prompt=args.prompt, tokens=args.tokens, temperature=args.temperature,
                  top_k=args.top_k, seed=args.seed, which=args.checkpoint))
 
 
 def cmd_data_prepare(args) -> None:
-    from .data import prepare_dataset
-    from .fileio import check_output_dir
+    from ..data import prepare_dataset
+    from ..fileio import check_output_dir
 
     cfg = load_run_config(args.config, args.preset, args.set)
     if args.out is not None:
@@ -238,7 +238,7 @@ def cmd_data_prepare(args) -> None:
 
 
 def cmd_presets(args) -> None:
-    from .train.config import preset_names, preset_path
+    from ..train.config import preset_names, preset_path
 
     for name in preset_names():
         first = preset_path(name).read_text().splitlines()[0].lstrip("# ")
@@ -246,9 +246,9 @@ def cmd_presets(args) -> None:
 
 
 def cmd_export_hf(args) -> None:
-    from .fileio import check_output_dir, check_path_text
-    from .hf import export_hf
-    from .train.checkpoint import model_folder_of
+    from ..fileio import check_output_dir, check_path_text
+    from ..hf import export_hf
+    from ..train.checkpoint import model_folder_of
 
     model_dir, _ = model_folder_of(check_path_text(args.model, "MODEL_OR_RUN_DIR"), "best")  # a run: its best
     check_output_dir(args.out, "OUT")
@@ -260,8 +260,8 @@ def check_hf_numbers(hf_folder: Path) -> None:
     """Numbers in a Hugging Face config.json that reslab.hf's field checks let through: an integer
     too large for a float (math.isfinite(10**400) raises) and dropout rates of 1 or more.
     (These checks belong in hf.py's _field; they are here until its owner moves them.)"""
-    from .fileio import read_json
-    from .typed import INT_MAX, INT_MIN
+    from ..fileio import read_json
+    from ..typed import INT_MAX, INT_MIN
 
     path = hf_folder / "config.json"
     if not path.is_file():
@@ -277,9 +277,9 @@ def check_hf_numbers(hf_folder: Path) -> None:
 
 
 def cmd_import_hf(args) -> None:
-    from .fileio import check_output_dir, check_path_text
-    from .hf import import_hf
-    from .model.io import save_model
+    from ..fileio import check_output_dir, check_path_text
+    from ..hf import import_hf
+    from ..model.io import save_model
 
     check_hf_numbers(check_path_text(args.hf_folder, "HF_DIR"))
     out = check_output_dir(args.out, "OUT")
@@ -289,13 +289,13 @@ def cmd_import_hf(args) -> None:
 
 
 def cmd_completion(args) -> None:
-    from .completion import script
+    from ..completion import script
 
     print(script(_parser(), args.shell))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._version import __version__
+    from .._version import __version__
 
     p = _Parser(prog="reslab", description="A laboratory for residual connections in Transformers.",
                 epilog="Designs of your own: --plugin MODULE (before or after the verb, repeatable), "
@@ -347,17 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--out", help="output folder (default: the data cache)")
     prep.set_defaults(func=cmd_data_prepare)
 
-    from .probe.cli import add_probe_parser
+    from .probe import add_probe_parser
 
     add_probe_parser(sub)
 
-    from .sweep.cli import add_parsers as add_sweep_parsers
+    from .sweep import add_parsers as add_sweep_parsers
 
     add_sweep_parsers(sub, _Parser)
-    from .report.cli import add_parser as add_report_parser
+    from .report import add_parser as add_report_parser
 
     add_report_parser(sub)
-    from .studies.cli import add_parsers as add_study_parsers
+    from .study import add_parsers as add_study_parsers
 
     add_study_parsers(sub, _Parser)
 
@@ -424,7 +424,7 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("RESLAB_DEBUG", "") not in ("", "0")
     try:
-        from .plugins import add_to_environment, env_modules, load_plugins, take_plugin_flags
+        from ..plugins import add_to_environment, env_modules, load_plugins, take_plugin_flags
 
         argv, modules = take_plugin_flags(list(sys.argv[1:] if argv is None else argv))
         if modules or env_modules():  # named by the user: one that cannot be imported stops every verb
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             add_to_environment(modules)  # sweep workers, started in fresh processes, load them too
         args = _parser().parse_args(argv)
         if getattr(args, "needs_torch", True):  # the listings and completion run without it
-            from .compat import TorchTooOld, require_torch
+            from ..compat import TorchTooOld, require_torch
 
             try:
                 require_torch()
@@ -462,7 +462,3 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"reslab: internal error: {what} (set RESLAB_DEBUG=1 for the traceback; please report it)")
         return 1
     return status or 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

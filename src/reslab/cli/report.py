@@ -12,7 +12,7 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
     """(store root, spec name) from a spec file (its store: --store, $RESLAB_STORE or ./results) or a
     store folder (its only sweep, or --spec)."""
     from ..fileio import check_path_text
-    from ..sweep.cli import readable_store
+    from .sweep import readable_store
     from ..sweep.spec import NAME_RE
 
     path = check_path_text(target, "SPEC_OR_STORE")
@@ -38,10 +38,10 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
 
 def cmd_report(args) -> None:
     from ..fileio import check_output_dir
-    from ..sweep.cli import check_spec_record
+    from .sweep import check_spec_record
     from ..sweep.store import Store
-    from .build import build_report
-    from .render import render_markdown, write_report
+    from ..report.build import build_report
+    from ..report.render import render_markdown, write_report
 
     root, name = resolve_target(args.target, args.spec, args.store)
     store = Store(root)
@@ -63,10 +63,10 @@ def cmd_report(args) -> None:
 
 def cmd_compare(args) -> None:
     from ..fileio import check_output_dir
-    from ..sweep.cli import writable_store
+    from .sweep import writable_store
     from ..sweep.store import Store
-    from .compare import compare
-    from .render import render_markdown, write_report
+    from ..report.compare import compare
+    from ..report.render import render_markdown, write_report
 
     store = Store(writable_store(args))
     if args.out is not None:
