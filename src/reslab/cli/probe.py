@@ -1,12 +1,15 @@
 """`reslab probe`: init-time probes over designs x depths x seeds -> probe.csv, PNGs, slopes.
 
-Wired into reslab.cli with `add_probe_parser(sub)`."""
+reslab.cli.root adds it with `add_parsers(sub)`."""
 
 from __future__ import annotations
 
 import time
 
+from ..config import MAX_SIZES
 from ..errors import ReslabError
+from ..train.config import MAX_THREADS
+from .args import int_in
 
 MAX_SEEDS = 1000  # seeds per design and depth
 MAX_SIM_WEIGHTS = 2**30  # the sim mode's weights, 4 GiB of float32: beyond it the probe is only a crash
@@ -32,7 +35,6 @@ def check_models(designs: list[str], depths: list[int], args) -> None:
     """Every probed model's config, resolved before the first probe runs, so a size no model can
     have (--width 30 --heads 4, --depths 100000) is one line naming the flag, not a traceback
     part-way through the probes."""
-    from ..config import MAX_SIZES
     from ..errors import ConfigError
     from ..model.registry import resolve
     from ..probe.run import check_args
@@ -89,13 +91,9 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def add_probe_parser(sub):
+def add_parsers(sub):
     """Add `reslab probe` to an argparse subparsers object (it carries reslab's parser class).
     Flag types refuse out-of-range numbers while parsing (one line naming the flag)."""
-    from .root import int_in
-    from ..config import MAX_SIZES
-    from ..train.config import MAX_THREADS
-
     p = sub.add_parser("probe", help="init-time probes: gradient / activation norms, rank collapse, "
                                      "vs depth and layer (no training)")
     p.add_argument("--designs", default=None,

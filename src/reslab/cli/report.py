@@ -6,13 +6,14 @@ import sys
 from pathlib import Path
 
 from ..errors import ReslabError
+from .checks import check_spec_record
+from .stores import readable_store, writable_store
 
 
 def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Path, str]:
     """(store root, spec name) from a spec file (its store: --store, $RESLAB_STORE or ./results) or a
     store folder (its only sweep, or --spec)."""
     from ..fileio import check_path_text
-    from .sweep import readable_store
     from ..sweep.spec import NAME_RE
 
     path = check_path_text(target, "SPEC_OR_STORE")
@@ -38,10 +39,9 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
 
 def cmd_report(args) -> None:
     from ..fileio import check_output_dir
-    from .sweep import check_spec_record
-    from ..sweep.store import Store
     from ..report.build import build_report
     from ..report.render import render_markdown, write_report
+    from ..sweep.store import Store
 
     root, name = resolve_target(args.target, args.spec, args.store)
     store = Store(root)
@@ -63,10 +63,9 @@ def cmd_report(args) -> None:
 
 def cmd_compare(args) -> None:
     from ..fileio import check_output_dir
-    from .sweep import writable_store
-    from ..sweep.store import Store
     from ..report.compare import compare
     from ..report.render import render_markdown, write_report
+    from ..sweep.store import Store
 
     store = Store(writable_store(args))
     if args.out is not None:
@@ -84,7 +83,7 @@ def cmd_compare(args) -> None:
     print(out, file=sys.stdout if args.format == "path" else sys.stderr)
 
 
-def add_parser(sub) -> None:
+def add_parsers(sub) -> None:
     r = sub.add_parser("report", help="tables, statistics and figures of a sweep (report.md, report.html)")
     r.add_argument("target", help="a sweep spec file, or a results store folder")
     r.add_argument("--spec", help="which sweep of a store folder")
