@@ -3,7 +3,8 @@
   imports reslab.cli.root, or the package itself (whose __init__ imports root);
 - no module outside reslab.cli imports it: library code, bench/ and examples/ call library
   functions, never the CLI (reslab/__main__.py, the `python -m reslab` entry point, is the exception);
-- neither reslab.cli nor reslab.plugins sits in an import circle."""
+- neither reslab.cli nor reslab.plugins sits in an import circle;
+- pyproject's console script is reslab.cli.main."""
 
 from __future__ import annotations
 
@@ -106,3 +107,14 @@ def test_neither_the_cli_nor_plugins_is_in_an_import_circle():
     caught = [sorted(c) for c in circles() if any(_is_cli(m) or m == "reslab.plugins" for m in c)]
     assert caught == []
     assert {"reslab.model.registry", "reslab.model.zoo"} in circles()  # the reader sees circles at all
+
+
+def test_the_console_script_is_the_cli_main():
+    import importlib
+    import tomllib
+
+    import reslab.cli
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["reslab"]
+    module, _, attr = target.partition(":")
+    assert getattr(importlib.import_module(module), attr) is reslab.cli.main
