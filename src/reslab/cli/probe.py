@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from ..config import MAX_SIZES
-from ..errors import ReslabError
+from ..errors import ConfigError, ReslabError
 from ..train.config import MAX_THREADS
 from .args import int_in
 
@@ -35,7 +35,6 @@ def check_models(designs: list[str], depths: list[int], args) -> None:
     """Every probed model's config, resolved before the first probe runs, so a size no model can
     have (--width 30 --heads 4, --depths 100000) is one line naming the flag, not a traceback
     part-way through the probes."""
-    from ..errors import ConfigError
     from ..model.registry import resolve
     from ..probe.run import check_args
     from ..probe.settings import config_for

@@ -1,4 +1,5 @@
-"""`reslab report SPEC_OR_STORE`: tables, statistics and figures of one sweep."""
+"""`reslab report SPEC_OR_STORE`: tables, statistics and figures of one sweep; `reslab compare RUNS`:
+the same report for any runs."""
 
 from __future__ import annotations
 
