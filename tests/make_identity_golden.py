@@ -12,12 +12,15 @@ import json
 import sys
 from pathlib import Path
 
-from reslab.cli import config_hash
+from reslab.train.config import config_hash
 from reslab.fileio import write_json
 from reslab.studies import load_study, study_names
 from reslab.fileio import read_toml
-from reslab.sweep.spec import _grid_points, chosen_scales, expand, load_spec, run_identity, tuned_key
-from reslab.sweep.tune import all_planned, row_values
+from reslab.spec.expand import chosen_scales, expand, run_identity, tuned_key
+from reslab.spec.grid import grid_points
+from reslab.spec.load import load_spec
+from reslab.spec.tune import row_values
+from reslab.spec.tune_plan import all_planned
 from reslab.train.config import build_run_config, preset_names, preset_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +79,7 @@ def _study_runs(spec) -> list:
             if not spec.tune.tunes(scale):
                 continue
             grid = spec.scale_grid.get(scale, spec.grid)
-            rows = [(v, p) for v in spec.variants for p, _ in (_grid_points(grid) if grid else [({}, {})])
+            rows = [(v, p) for v in spec.variants for p, _ in (grid_points(grid) if grid else [({}, {})])
                     if not (scale in spec.scale_variants and v not in spec.scale_variants[scale])]
             for i in range(max(len(row_values(spec.tune, v, p)) for v, p in rows)):
                 tuned = {}

@@ -367,10 +367,11 @@ def _raise(exc):
 
 
 def test_an_unexpected_exception_is_one_internal_error_line(monkeypatch, capsys):
-    import reslab.cli as cli_module
+    import reslab.cli.presets as presets_verb
+    import reslab.cli.root as root
 
-    monkeypatch.setattr(cli_module, "cmd_presets", _raise(ZeroDivisionError("boom\nsecond line")))
-    monkeypatch.setattr(cli_module, "_PARSER", None)  # rebuilt with the patched verb
+    monkeypatch.setattr(presets_verb, "cmd_presets", _raise(ZeroDivisionError("boom\nsecond line")))
+    monkeypatch.setattr(root, "_PARSER", None)  # rebuilt with the patched verb
     monkeypatch.delenv("RESLAB_DEBUG", raising=False)
     rc, err = cli(capsys, "presets")
     assert rc == 1 and err == ["reslab: internal error: ZeroDivisionError: boom (set RESLAB_DEBUG=1 for the "
@@ -381,10 +382,11 @@ def test_an_unexpected_exception_is_one_internal_error_line(monkeypatch, capsys)
 
 
 def test_an_os_error_on_a_path_is_one_line_naming_it(monkeypatch, capsys):
-    import reslab.cli as cli_module
+    import reslab.cli.presets as presets_verb
+    import reslab.cli.root as root
 
-    monkeypatch.setattr(cli_module, "cmd_presets", _raise(PermissionError(13, "Permission denied", "/x/y")))
-    monkeypatch.setattr(cli_module, "_PARSER", None)
+    monkeypatch.setattr(presets_verb, "cmd_presets", _raise(PermissionError(13, "Permission denied", "/x/y")))
+    monkeypatch.setattr(root, "_PARSER", None)
     monkeypatch.delenv("RESLAB_DEBUG", raising=False)
     rc, err = cli(capsys, "presets")
     assert rc == 2 and err == ["reslab: error: /x/y: Permission denied"]
@@ -476,10 +478,11 @@ def test_import_hf_refuses_numbers_its_field_checks_let_through(lab, tmp_path, c
 
 def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys):
     """`reslab runs | head`: the reader leaving is no error of reslab's; nothing on stderr, 141."""
-    import reslab.cli as cli_module
+    import reslab.cli.presets as presets_verb
+    import reslab.cli.root as root
 
-    monkeypatch.setattr(cli_module, "cmd_presets", _raise(BrokenPipeError(32, "Broken pipe")))
-    monkeypatch.setattr(cli_module, "_PARSER", None)
+    monkeypatch.setattr(presets_verb, "cmd_presets", _raise(BrokenPipeError(32, "Broken pipe")))
+    monkeypatch.setattr(root, "_PARSER", None)
     rc, err = cli(capsys, "presets")
     assert rc == 141 and err == []
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from reslab import ConfigError, ModelConfig, resolve
-from reslab.cli import main, parse_set
+from reslab.cli import main
+from reslab.config_sources import parse_set
 
 BAD = [
     ({"design": "pre-lm"}, "model.design: unknown design 'pre-lm'; choose one of pre-ln"),

@@ -15,7 +15,7 @@ HEAVY = ("torch", "matplotlib")
 
 PROBE = r"""
 import json, sys
-from reslab.cli import _parser, main
+from reslab.cli.root import _parser, main
 from reslab.completion import _tree
 table = {}
 _tree(_parser(), "", table)

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from reslab.cli import config_hash
 from reslab.sweep.runner import run_sweep
 from reslab.spec.expand import expand, run_identity
 from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
 from reslab.train import loop as loop_module
-from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical
+from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical, config_hash
 from reslab.train.identity_defaults import BASELINE
 from reslab.train.loop import train
 from reslab.train.run_folder import RunFolder

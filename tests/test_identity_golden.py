@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from reslab.cli import config_hash
+from reslab.train.config import config_hash
 from reslab.model.spellings import MOVED
-from reslab.sweep.spec import run_identity
+from reslab.spec.expand import run_identity
 from reslab.train.config import build_run_config, canonical
 from tests.make_identity_golden import GOLDEN, planned_ids
 

@@ -20,7 +20,7 @@ from reslab.probe import (
     read_csv,
     run_probe,
 )
-from reslab.probe.cli import add_probe_parser
+from reslab.cli.probe import add_parsers as add_probe_parsers
 
 WIDTH, HEADS = 64, 4   # small and fast; the exponents are the same at width 128 (see the report)
 
@@ -117,7 +117,7 @@ def test_csv_and_plots_written(tmp_path):
 def _cli(argv):
     import argparse
     p = argparse.ArgumentParser(prog="reslab")
-    add_probe_parser(p.add_subparsers(dest="verb", required=True))
+    add_probe_parsers(p.add_subparsers(dest="verb", required=True))
     args = p.parse_args(argv)
     return args.func(args)
 

@@ -24,7 +24,7 @@ from reslab.fileio import write_json
 from reslab.report import plots
 from reslab.report.build import build_report
 from reslab.report.render import render_html, render_markdown, write_report
-from reslab.studies.cli import summary_lines
+from reslab.cli.study import summary_lines
 from reslab.sweep.runner import record_spec
 from reslab.spec.expand import expand
 from reslab.spec.load import parse_spec

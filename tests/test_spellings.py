@@ -10,14 +10,15 @@ import sys
 
 import pytest
 
-from reslab.cli import config_hash, main
+from reslab.cli import main
+from reslab.train.config import config_hash
 from reslab.errors import ConfigError
 from reslab.fileio import read_toml
 from reslab.model import spellings
 from reslab.model.spellings import MOVED, OLD_DEFAULTS
-from reslab.sweep.spec import run_identity
+from reslab.spec.expand import run_identity
 from reslab.train import checkpoint as checkpoint_module
-from reslab.train import loop as loop_module
+from reslab.train import single as single_engine
 from reslab.train.config import build_run_config
 from reslab.train.loop import train
 from reslab.train.run_folder import RunFolder
@@ -181,7 +182,7 @@ def test_an_interrupted_run_of_the_old_layout_resumes_to_the_uninterrupted_curve
         if step == 4:
             raise Crash  # the process dies right after its first checkpoint
 
-    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(single_engine, "save_checkpoint", save_then_crash)
     old = tmp_path / "old"
     with pytest.raises(Crash):
         train(cfg, old, log=lambda *_: None)

@@ -106,7 +106,7 @@ def test_a_study_runs_end_to_end_at_micro_scale(tmp_path):
 
 
 def test_the_terminal_summary_ends_with_a_line_per_verdict():
-    from reslab.studies.cli import verdict_lines
+    from reslab.cli.study import verdict_lines
 
     claims = [{"id": "attn-only-near-full", "verdict": "reproduced", "estimate": 0.1312, "ci_low": 0.1201,
                "ci_high": 0.1423, "p_holm": 0.0123},

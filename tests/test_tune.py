@@ -241,7 +241,7 @@ def test_scales_that_do_not_tune_keep_their_runs(tmp_path):
 
 
 def test_the_study_estimate_counts_the_tuning_runs(tmp_path):
-    from reslab.studies.cli import _estimate_line
+    from reslab.cli.study import _estimate_line
 
     data = _tune_dict(tmp_path)
     data["study"] = {"source": "test", "estimates": {"": {"runs": 10, "jobs": 2, "cpu_minutes": 5.0,

@@ -103,10 +103,3 @@ def take_plugin_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         i += 1
     return rest, modules
 
-
-def plugin_of_design(name: str) -> tuple[str | None, str | None]:
-    """(module, version) of the plugin that registered design `name`, or (None, None) for reslab's own."""
-    from .model.registry import DESIGNS
-
-    d = DESIGNS.get(name)
-    return (d.plugin, d.plugin_version) if d is not None else (None, None)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .config import ModelConfig, check_shapes, raise_if
 from ..errors import ConfigError, ReslabError
+from ..plugins import load_plugins
 from ..typed import from_dict
 from .design import ALL_NORMS, NORMED, STREAM_KINDS, Design
 
@@ -145,12 +146,16 @@ def _unknown(name: str) -> str:
 
 def get_design(name: str) -> Design:
     if name not in DESIGNS:
-        from ..plugins import load_plugins
-
         load_plugins()  # entry points and RESLAB_PLUGINS, once per process
     if name not in DESIGNS:
         raise_if([_unknown(name)])
     return DESIGNS[name]
+
+
+def plugin_of_design(name: str) -> tuple[str | None, str | None]:
+    """(module, version) of the plugin that registered design `name`, or (None, None) for reslab's own."""
+    d = DESIGNS.get(name)
+    return (d.plugin, d.plugin_version) if d is not None else (None, None)
 
 
 def design_options(cfg: ModelConfig, layer: int | None = None):

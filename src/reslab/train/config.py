@@ -6,6 +6,8 @@ overrides either. Loading reports every problem in the file at once, each with i
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -223,6 +225,12 @@ def canonical(config: dict, baseline: dict | None = None, defaults: dict | None 
 
 
 _MISSING = object()
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """10 hex digits of the canonical config: `reslab train` names its default run folder with it."""
+    text = json.dumps(canonical(cfg.to_dict()), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def preset_names() -> list[str]:

@@ -83,7 +83,7 @@ class RunFolder:
             return True
         self.path.mkdir(parents=True, exist_ok=True)
         from .._version import __version__
-        from ..plugins import plugin_of_design
+        from ..model.registry import plugin_of_design
 
         record = {"reslab_version": __version__, "config": config}
         module, version = plugin_of_design(config.get("model", {}).get("design"))

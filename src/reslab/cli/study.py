@@ -7,7 +7,11 @@ import functools
 import sys
 
 from ..errors import ReslabError
-from . import load_study, study_names, study_path
+from ..studies import load_study, study_names, study_path
+from .args import Parser, int_in
+from .checks import check_run_folders, check_runs, check_spec_record
+from .stores import writable_store
+from .sweep import MAX_JOBS, add_run_options, add_stack_options, apply_run_options
 
 
 def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, extension: int = 0) -> str:
@@ -86,7 +90,6 @@ def cmd_study_spec(args) -> None:
 def cmd_study_run(args) -> int:
     from ..report.build import build_report
     from ..report.render import write_report
-    from ..sweep.cli import apply_run_options, check_run_folders, check_runs, check_spec_record, writable_store
     from ..sweep.runner import default_jobs, run_sweep
     from ..sweep.store import Store
     from ..spec.tune import tune_name
@@ -178,11 +181,9 @@ def verdict_lines(report: dict) -> list[str]:
     return lines
 
 
-def add_parsers(sub, parser_class) -> None:
-    from ..sweep.cli import MAX_JOBS, add_run_options, add_stack_options, int_in
-
+def add_parsers(sub) -> None:
     st = sub.add_parser("study", help="the built-in studies: list them, print a spec, run one with its report")
-    ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=parser_class)
+    ssub = st.add_subparsers(dest="study_verb", required=True, parser_class=Parser)
     ls = ssub.add_parser("list", help="each study's question, designs, scales and estimated cost")
     ls.set_defaults(func=cmd_study_list, needs_torch=False)
     sp = ssub.add_parser("spec", help="print a study's sweep spec (copy it to change it; run with `reslab sweep run`)")

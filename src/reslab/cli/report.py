@@ -1,4 +1,5 @@
-"""`reslab report SPEC_OR_STORE`: tables, statistics and figures of one sweep."""
+"""`reslab report SPEC_OR_STORE`: tables, statistics and figures of one sweep; `reslab compare RUNS`:
+the same report for any runs."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import sys
 from pathlib import Path
 
 from ..errors import ReslabError
+from .checks import check_spec_record
+from .stores import readable_store, writable_store
 
 
 def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Path, str]:
     """(store root, spec name) from a spec file (its store: --store, $RESLAB_STORE or ./results) or a
     store folder (its only sweep, or --spec)."""
     from ..fileio import check_path_text
-    from ..sweep.cli import readable_store
     from ..spec.schema import NAME_RE
 
     path = check_path_text(target, "SPEC_OR_STORE")
@@ -38,10 +40,9 @@ def resolve_target(target: str, spec: str | None, store: str | None) -> tuple[Pa
 
 def cmd_report(args) -> None:
     from ..fileio import check_output_dir
-    from ..sweep.cli import check_spec_record
+    from ..report.build import build_report
+    from ..report.render import render_markdown, write_report
     from ..sweep.store import Store
-    from .build import build_report
-    from .render import render_markdown, write_report
 
     root, name = resolve_target(args.target, args.spec, args.store)
     store = Store(root)
@@ -63,10 +64,9 @@ def cmd_report(args) -> None:
 
 def cmd_compare(args) -> None:
     from ..fileio import check_output_dir
-    from ..sweep.cli import writable_store
+    from ..report.compare import compare
+    from ..report.render import render_markdown, write_report
     from ..sweep.store import Store
-    from .compare import compare
-    from .render import render_markdown, write_report
 
     store = Store(writable_store(args))
     if args.out is not None:
@@ -84,7 +84,7 @@ def cmd_compare(args) -> None:
     print(out, file=sys.stdout if args.format == "path" else sys.stderr)
 
 
-def add_parser(sub) -> None:
+def add_parsers(sub) -> None:
     r = sub.add_parser("report", help="tables, statistics and figures of a sweep (report.md, report.html)")
     r.add_argument("target", help="a sweep spec file, or a results store folder")
     r.add_argument("--spec", help="which sweep of a store folder")

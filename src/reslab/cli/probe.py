@@ -1,12 +1,15 @@
 """`reslab probe`: init-time probes over designs x depths x seeds -> probe.csv, PNGs, slopes.
 
-Wired into reslab.cli with `add_probe_parser(sub)`."""
+reslab.cli.root adds it with `add_parsers(sub)`."""
 
 from __future__ import annotations
 
 import time
 
-from ..errors import ReslabError
+from ..config import MAX_SIZES
+from ..errors import ConfigError, ReslabError
+from ..train.config import MAX_THREADS
+from .args import int_in
 
 MAX_SEEDS = 1000  # seeds per design and depth
 MAX_SIM_WEIGHTS = 2**30  # the sim mode's weights, 4 GiB of float32: beyond it the probe is only a crash
@@ -32,11 +35,9 @@ def check_models(designs: list[str], depths: list[int], args) -> None:
     """Every probed model's config, resolved before the first probe runs, so a size no model can
     have (--width 30 --heads 4, --depths 100000) is one line naming the flag, not a traceback
     part-way through the probes."""
-    from ..config import MAX_SIZES
-    from ..errors import ConfigError
     from ..model.registry import resolve
-    from .run import check_args
-    from .settings import config_for
+    from ..probe.run import check_args
+    from ..probe.settings import config_for
 
     check_args(designs, depths, args.seeds, args.mode)
     if max(depths) > MAX_SIZES["n_layer"]:
@@ -64,9 +65,9 @@ def cmd_probe(args) -> int:
     import torch
 
     from ..fileio import check_output_dir
-    from .plots import plot_all
-    from .run import format_table, run_probe, slopes_table
-    from .settings import check_mode
+    from ..probe.plots import plot_all
+    from ..probe.run import format_table, run_probe, slopes_table
+    from ..probe.settings import check_mode
 
     check_mode(args.mode)
     given = args.designs if args.designs is not None else MODE_DESIGNS[args.mode]  # "" is no default
@@ -89,13 +90,9 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def add_probe_parser(sub):
+def add_parsers(sub):
     """Add `reslab probe` to an argparse subparsers object (it carries reslab's parser class).
     Flag types refuse out-of-range numbers while parsing (one line naming the flag)."""
-    from ..cli import int_in
-    from ..config import MAX_SIZES
-    from ..train.config import MAX_THREADS
-
     p = sub.add_parser("probe", help="init-time probes: gradient / activation norms, rank collapse, "
                                      "vs depth and layer (no training)")
     p.add_argument("--designs", default=None,

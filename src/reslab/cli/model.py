@@ -1,0 +1,60 @@
+"""`reslab variants` (every design, its formula and reference) and `reslab model` (a model config
+resolved, with its parameter counts)."""
+
+from __future__ import annotations
+
+import json
+
+from ..config_sources import load_model_config
+
+
+def cmd_variants(args) -> None:
+    from ..model.design import MODEL_OPTIONS
+    from ..model.registry import DESIGNS
+    from ..plugins import load_plugins
+
+    load_plugins()  # designs of installed plugins and RESLAB_PLUGINS are listed too
+    rows = [d.summary() for d in DESIGNS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['formula']}")
+        version = f" {r['plugin_version']}" if r["plugin_version"] else ""
+        origin = f"  (plugin {r['plugin']}{version})" if r["plugin"] else ""
+        options = f"  options: {', '.join(f'{k} = {v!r}' for k, v in r['options'].items())}" if r["options"] else ""
+        print(f"{'':<{width}}  [{r['reference']}]{origin}{options}")
+    print("\noptions that are [model] fields (each design's flags in --json say which it takes):")
+    for setting, formula, flag in MODEL_OPTIONS:
+        takers = [d.name for d in DESIGNS.values() if getattr(d, flag)]
+        print(f"  {setting}: {formula}\n      designs: {', '.join(takers)}")
+
+
+def cmd_model(args) -> None:
+    import torch
+
+    from ..model.gpt import GPT
+
+    cfg = load_model_config(args.config, args.set)
+    with torch.device("meta"):  # counting needs shapes only: a large config allocates nothing
+        counts = GPT(cfg).param_counts()
+    if args.json:
+        print(json.dumps({"config": cfg.to_dict(), "params": counts}, indent=2))
+        return
+    for k, v in cfg.to_dict().items():
+        print(f"{k:<20} {v}")
+    print(f"{'params':<20} total {counts['total']:,}, non-embedding {counts['non_embedding']:,}")
+
+
+def add_parsers(sub) -> None:
+    v = sub.add_parser("variants", help="list every block design with its formula and reference")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=cmd_variants, needs_torch=False)
+
+    m = sub.add_parser("model", help="validate a model config and show it resolved, with parameter counts")
+    m.add_argument("--config", help="TOML file with a [model] table")
+    m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override, e.g. --set model.design=post-ln (repeatable)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_model)
