@@ -25,8 +25,8 @@ python bench/bench_sweep.py --steps 100 --out "$out/bench_sweep.json" > "$out/be
 python bench/bench_stacked.py --preset nanogpt-cpu --seeds 4 --steps 100 --device cpu --markdown \
     --json "$out/stacked_cpu.json" > "$out/stacked_cpu.md" 2>/dev/null
 # Learned scales, gated residual, hyper-connections and nGPT against pre-ln (measured again in the same run), and their probe.
-python bench/bench_designs.py --both --steps 1 --rounds 7 --markdown --json "$out/designs_zoo2.json" \
+python bench/bench_designs.py --both --steps 1 --rounds 7 --markdown --json "$out/designs_scaled_hyper_ngpt.json" \
     --designs "reordered-ln,layerscale,gated,hyper-connections,ngpt,pre-ln + dyt,pre-ln + skip & branch scales,pre-ln + value residual,pre-ln + residual attention,hyper-connections (dynamic),hyper-connections (mHC)" \
-    > "$out/designs_zoo2.md" 2> "$out/designs_zoo2.err"
-reslab probe --designs pre-ln,reordered-ln,layerscale,gated,hyper-connections,ngpt --out "$out/probe-zoo2" \
-    > "$out/probe_zoo2.txt" 2>&1
+    > "$out/designs_scaled_hyper_ngpt.md" 2> "$out/designs_scaled_hyper_ngpt.err"
+reslab probe --designs pre-ln,reordered-ln,layerscale,gated,hyper-connections,ngpt --out "$out/probe-scaled-hyper-ngpt" \
+    > "$out/probe_scaled_hyper_ngpt.txt" 2>&1

@@ -301,14 +301,15 @@ def check_block(model, ref_fn, r: Ref, layer: int, x=None):
 # coverage of the registry
 # ---------------------------------------------------------------------------------------------
 def test_every_registered_design_has_a_reference_formula():
-    """The first zoo's formulas are here; Zoo II's designs are tested in tests/test_zoo2_*.py,
-    Zoo III's in tests/test_zoo3.py."""
-    from . import test_zoo2_attention, test_zoo2_hyper, test_zoo2_ngpt, test_zoo2_scales, test_zoo3
+    """The norm-placement and partial-skip designs' formulas are here; the other designs' are in
+    their families' files (attention residuals, hyper-connections, nGPT, scaled and gated blocks,
+    parallel / depth-mixing / speedrun blocks)."""
+    from . import test_attention_residuals, test_hyper_connections, test_ngpt, test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks
 
-    zoo2 = set().union(*(m.FORMULA_TESTED for m in (test_zoo2_attention, test_zoo2_hyper, test_zoo2_ngpt,
-                                                    test_zoo2_scales, test_zoo3)))
-    assert not set(REF) & zoo2
-    assert set(REF) | zoo2 == set(reslab.designs())
+    elsewhere = set().union(*(m.FORMULA_TESTED for m in (test_attention_residuals, test_hyper_connections, test_ngpt,
+                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks)))
+    assert not set(REF) & elsewhere
+    assert set(REF) | elsewhere == set(reslab.designs())
     assert set(FINAL_NORM) | {"resi-dual"} == set(REF)
 
 
@@ -585,7 +586,7 @@ def test_prores_designs_are_the_spec_list():
                                    "denseformer", "speedrun", "normformer"}
 
 
-@pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # Zoo II, III: their own files
+@pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # tested in their families' files
 def test_prores_alpha_multiplies_both_branches(design):
     L, warm, t = 3, 10, 5
     model = make(design, L=L, prores="linear", prores_warmup=warm)
@@ -607,7 +608,7 @@ def ref_embed(model, idx):
     return model.wte.weight[idx] + model.wpe.weight[: idx.shape[1]]
 
 
-@pytest.mark.parametrize("design", [d for d in REF if d != "resi-dual"])  # Zoo II: tests/test_zoo2_*.py
+@pytest.mark.parametrize("design", [d for d in REF if d != "resi-dual"])  # the others: their families' files
 def test_whole_model_single_stream(design):
     L = 2
     model = make(design, L=L)

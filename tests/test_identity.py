@@ -113,7 +113,7 @@ def test_a_changed_default_gives_reslab_train_a_new_default_folder(tmp_path, mon
 
 
 def test_a_field_added_later_at_its_default_resumes_an_old_interrupted_run(tmp_path, monkeypatch):
-    """A folder written by a reslab that lacked a field (here: model.value_residual, from Zoo II)
+    """A folder written by a reslab that lacked a field (here: model.value_residual, added later)
     resumes from its checkpoint, and its curve equals an uninterrupted run's."""
     corpus = write_corpus(tmp_path)
     overrides = {"train.steps": 12, "train.checkpoint_interval": 4, "train.eval_interval": 4}

@@ -43,7 +43,7 @@ def _fake_old_torch(folder: Path) -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), SRC]))
 
 
-# `import reslab` and the listings need no torch (issue 16: a fast start); the first name or verb
+# `import reslab` and the listings need no torch (a fast start); the first name or verb
 # that needs torch checks its version.
 @pytest.mark.parametrize("argv", [["-c", "import reslab; reslab.build_model('pre-ln')"], ["-c", "import reslab; reslab.GPT"],
                                   ["-m", "reslab", "train", "--preset", "tiny", "--out", "never-written"]])

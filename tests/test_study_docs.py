@@ -199,7 +199,7 @@ def test_the_script_exits_2_with_one_line_not_a_traceback(out):
 
 
 def test_the_repository_files_carry_the_markers(docs):
-    path = ROOT / "docs" / "studies.md"  # the studies live there; the README is short (issue 16)
+    path = ROOT / "docs" / "studies.md"  # the studies live there; the README is short
     head, region, _ = docs.split_target(path)  # raises if the marker lines are missing or repeated
     docs.read_notes(path, head, region)         # and its notes are well formed
     assert "<!-- studies:begin -->" not in (ROOT / "README.md").read_text()

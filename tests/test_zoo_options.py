@@ -55,7 +55,7 @@ OPTIONS: dict[str, dict] = {
     "bias=false": {"bias": False},
     "untied": {"tie_weights": False},
     "init=xavier": {"init": "xavier"},
-    "qk_norm": {"qk_norm": True},                                  # Zoo III (issue 17)
+    "qk_norm": {"qk_norm": True},                                  # an attention option
     "residual_update=orthogonal": {"residual_update": "orthogonal"},
     "xsa=gated": {"xsa": "gated"},
     "stochastic_depth": {"stochastic_depth": 0.5},

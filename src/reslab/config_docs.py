@@ -26,7 +26,7 @@ def _comments(cls: type) -> dict[str, str]:
         stripped = line.strip()
         if stripped.startswith("#"):
             text = stripped.lstrip("# ").strip()
-            if not text.startswith("----"):  # a section rule ("# ---- Zoo II ----") belongs to no field
+            if not text.startswith("----"):  # a section rule ("# ---- learned scales ----") belongs to no field
                 pending.append(text)
             continue
         match = _FIELD_LINE.match(line)

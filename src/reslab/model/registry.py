@@ -224,7 +224,8 @@ def _own_attention() -> str:
 
 
 def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[str]:
-    """Zoo II options (issue 9) that the design's flags do not allow."""
+    """The learned skip / branch scales, the attention residuals and the orthogonal update, where the
+    design's flags do not allow them."""
     errors = []
     if not d.learned_scales:
         for flag in ("skip_scale", "branch_scale"):

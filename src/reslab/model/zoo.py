@@ -116,7 +116,7 @@ register_design("sas-p", _BLOCKS + "simplified:SASPBlock",
                 defaults={"init": "identity", "attn_res": False, "ffn_res": False,
                           "shaped_attention": True, "vp_identity": True}, **_SIMPLIFIED)
 
-# ---- Zoo II (issue 9): learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
+# ---- learned scales, reordered norm, gated residual (blocks/scaled.py, gated.py) ----
 register_design("reordered-ln", _BLOCKS + "scaled:ReorderedLNBlock",
                 formula="x = x + N1(A(x)); x = x + N2(M(x)); norm on the branch output only; final N",
                 reference="Team OLMo 2024 (2 OLMo 2 Furious)", prores=True, per_layer=True, learned_scales=True)
@@ -135,7 +135,7 @@ register_design("gated", _BLOCKS + "gated:GatedBlock",
                 reference="Parisotto et al. 2020 (GTrXL)", partial_residual=False, per_layer=True,
                 options=GatedOptions)
 
-# ---- Zoo II (issue 9): hyper-connections (blocks/hyper.py) ----
+# ---- hyper-connections (blocks/hyper.py) ----
 register_design("hyper-connections", _BLOCKS + "hyper:HyperBlock",
                 formula="n streams H_i = emb; per sublayer k: h = sum_i A_m[i] H_i; y = F(N(h)); "
                         "H'_j = sum_i A_r[i,j] H_i + B[j] y; head reads N(sum_i H_i); init A_m = e_(k mod n), "
@@ -145,7 +145,7 @@ register_design("hyper-connections", _BLOCKS + "hyper:HyperBlock",
                           "Manifold-Constrained Hyper-Connections)",
                 stream="hyper", partial_residual=False, options=HyperOptions)
 
-# ---- Zoo II (issue 9): nGPT (blocks/ngpt.py) ----
+# ---- nGPT (blocks/ngpt.py) ----
 register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
                 formula="h = Norm(h + alpha_A*(Norm(A(h)) - h)); h = Norm(h + alpha_M*(Norm(M(h)) - h)); "
                         "Norm(x) = x/||x||, h_0 = Norm(emb), weight rows on the unit sphere, logits s_z * (E h)",
@@ -153,7 +153,7 @@ register_design("ngpt", _BLOCKS + "ngpt:NGPTBlock",
                 defaults={"norm": "none", "mlp": "swiglu", "bias": False}, partial_residual=False,
                 fsdp=False, qk_norm=False, options=NGPTOptions, check=_ngpt_check)
 
-# ---- Zoo III (issue 17): the parallel block (blocks/parallel.py) ----
+# ---- the parallel block (blocks/parallel.py) ----
 register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
                 formula="x = x + A(N1(x)) + M(N2(x)); options.shared_norm: x = x + A(N(x)) + M(N(x))",
                 reference="Black et al. 2022 (GPT-NeoX-20B); options.shared_norm: Wang & Komatsuzaki 2021 "
@@ -162,7 +162,7 @@ register_design("parallel", _BLOCKS + "parallel:ParallelBlock",
                 partial_residual=False, prores=True, per_layer=True, learned_scales=True, attention_carry=True)
 
 
-# ---- Zoo III (issue 17): mixing across depth (blocks/depth.py and one file per design) ----
+# ---- mixing across depth (blocks/depth.py and one file per design) ----
 def _denseformer_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
     opts, errors = design_options(cfg), []
     for name in ("dilation", "period"):
@@ -194,7 +194,7 @@ register_design("attn-res", _BLOCKS + "attn_res:AttnResBlock",
                 options=AttnResOptions, check=_attn_res_check, partial_residual=False)
 
 
-# ---- Zoo III (issue 17): the speedruns' skips (blocks/speedrun.py) ----
+# ---- the speedruns' skips (blocks/speedrun.py) ----
 def _speedrun_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
     opts = design_options(cfg)
     if opts.backout and not -1 <= opts.backout_layer < cfg.n_layer:
@@ -227,7 +227,7 @@ register_design("lime", _BLOCKS + "lime:LIMeBlock",
                 reference="Gerasimov et al. 2025 (LIMe); x-transformers integrate_layers", stream="depth",
                 partial_residual=False, learned_scales=True)
 
-# ---- Zoo III (issue 17): NormFormer (blocks/normformer.py) ----
+# ---- NormFormer (blocks/normformer.py) ----
 register_design("normformer", _BLOCKS + "normformer:NormFormerBlock",
                 formula="x = x + N_a(A_gamma(N1(x))); x = x + W2 N_f(act(W1 N2(x))); A_gamma: head h's output "
                         "times a learned gamma_h (1 at init); each extra op an option",
@@ -235,7 +235,7 @@ register_design("normformer", _BLOCKS + "normformer:NormFormerBlock",
                 prores=True, per_layer=True, learned_scales=True, attention_carry=True)
 
 
-# ---- Zoo III (issue 17): LAuReL (blocks/laurel.py) ----
+# ---- LAuReL (blocks/laurel.py) ----
 def _laurel_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
     rank = design_options(cfg).rank
     if rank > cfg.n_embd:
@@ -251,7 +251,7 @@ register_design("laurel", _BLOCKS + "laurel:LaurelBlock",
                 check=_laurel_check, partial_residual=False)
 
 
-# ---- Zoo III (issue 17): frac-connections (blocks/frac.py) ----
+# ---- frac-connections (blocks/frac.py) ----
 def _frac_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
     m = design_options(cfg).fracs
     if cfg.n_embd % m:

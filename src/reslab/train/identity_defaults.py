@@ -63,11 +63,11 @@ BASELINE: dict = {
         "sinkhorn_iters": 20,
         "ngpt_alpha_init": 0.05,
         "layer_designs": {},
-        "options": {},  # issue 16: a design's own hyperparameters ([model.options])
-        "qk_norm": False,           # issue 17 (Zoo III)
-        "residual_update": "add",   # issue 17 (Zoo III)
-        "xsa": "off",               # issue 17 (Zoo III)
-        "stochastic_depth": 0.0,    # issue 17 (Zoo III)
+        "options": {},  # a design's own hyperparameters ([model.options])
+        "qk_norm": False,           # added with the parallel block and the speedruns' options
+        "residual_update": "add",   # added with the parallel block and the speedruns' options
+        "xsa": "off",               # added with the parallel block and the speedruns' options
+        "stochastic_depth": 0.0,    # added with the parallel block and the speedruns' options
         "stochastic_depth_rule": "linear",
     },
     "data": {

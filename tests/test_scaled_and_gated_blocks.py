@@ -1,4 +1,4 @@
-"""Zoo II (issue 9), helper A: DyT, learned skip / branch scales, reordered-ln, layerscale, gated.
+"""DyT, learned skip / branch scales, reordered-ln, layerscale, gated.
 
 Same method as test_block_formulas.py: float64 models whose every parameter is randomised, one
 block's output against its formula recomputed here from raw weight tensors with plain torch ops

@@ -1,5 +1,5 @@
 """ResFormer's value residual and RealFormer's residual attention, options of the attention of
-pre-ln, post-ln, sandwich-ln, peri-ln and mix-ln (issue 9, Zoo II).
+pre-ln, post-ln, sandwich-ln, peri-ln and mix-ln.
 
     value residual      V_l' = lambda1_l V_l + lambda2_l V_1   for l > 1  (Zhou et al. 2024)
     residual attention  S_l = Q_l K_l^T / sqrt(d) + S_{l-1},  P_l = softmax(mask(S_l))  (He et al. 2020)

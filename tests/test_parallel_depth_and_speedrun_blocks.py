@@ -1,4 +1,5 @@
-"""Zoo III (issue 17): each design against its formula, recomputed here from raw weight tensors.
+"""The parallel block, mixing across depth, the speedruns' skips, NormFormer, LAuReL and
+frac-connections: each design against its formula, recomputed here from raw weight tensors.
 
 Same method as test_block_formulas.py: float64 models whose every parameter is randomised, a
 block's (or the whole model's) output against the formula written out with plain torch ops (the
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
 
 def ref_attention(attn, xq, xk=None, xv=None, *, extra=None, qk_norm=False, head_gains=None, xsa=None):
-    """Causal attention from raw weights (2 heads), with what Zoo III adds to it: queries, keys and
+    """Causal attention from raw weights (2 heads), with the options the later designs add to it: queries, keys and
     values from three inputs (MUDD, LIMe), extra values (value embeddings), QK-norm (RMSNorm per
     head, gain per channel), a gain per head's output (NormFormer) and XSA (xsa: the factor g per
     head, shape (2,), of y_i - g (<y_i, v_i> / <v_i, v_i>) v_i)."""
@@ -842,8 +843,8 @@ def test_variants_text_lists_the_model_wide_options_with_their_formulas(capsys):
     assert "pre-ln" in xsa_designs and "ngpt" not in xsa_designs
 
 
-def test_variants_json_lists_zoo3(capsys):
-    """`reslab variants --json`: every Zoo III design with its own options and defaults, and which
+def test_variants_json_lists_these_designs_with_their_options(capsys):
+    """`reslab variants --json`: every design of this file with its own options and defaults, and which
     designs take qk_norm and the orthogonal residual update."""
     import json
 
