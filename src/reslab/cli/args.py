@@ -7,7 +7,7 @@ import argparse
 import math
 
 from ..errors import ReslabError
-from ..typed import INT_MAX, short_int
+from ..typed import short_int
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,7 +45,6 @@ def positive_finite(flag: str):
     return parse
 
 
-SEED_MAX = INT_MAX  # seeds are non-negative 64-bit integers everywhere (numpy refuses negative ones)
 
 
 def add_run_config_args(parser) -> None:

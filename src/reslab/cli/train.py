@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..config_sources import load_run_config
 from ..errors import ReslabError
-from ..train.config import config_hash
-from .args import SEED_MAX, add_run_config_args, int_in, positive_finite
+from ..train.config import SEED_MAX, config_hash
+from .args import add_run_config_args, int_in, positive_finite
 from .checks import check_data_cache
 from .stores import writable_store
 
