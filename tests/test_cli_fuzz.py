@@ -1072,7 +1072,10 @@ def damaged_records(w: World) -> list[tuple[str, str]]:
              ("record runs missing", lambda d: _edit_json(d / path, lambda r: r.pop("runs"))),
              ("record runs a dict", lambda d: _edit_json(d / path, lambda r: r.update(runs={}))),
              ("record spec seeds", lambda d: _edit_json(d / path, lambda r: r["spec"].update(seeds="x"))),
-             ("record spec report", lambda d: _edit_json(d / path, lambda r: r["spec"].update(report=5)))]
+             ("record spec report", lambda d: _edit_json(d / path, lambda r: r["spec"].update(report=5))),
+             ("record tuned a dict", lambda d: _edit_json(d / path, lambda r: r.update(tuned={}))),
+             ("record tuned[0] partial", lambda d: _edit_json(d / path, lambda r: r.update(
+                 tuned=[{"scale": "", "variant": "a", "value": "high"}])))]
     for key in ("variant", "scale", "grid", "seed", "id", "label"):
         edits.append((f"record runs[0].{key} missing",
                       lambda d, k=key: _edit_json(d / path, lambda r: r["runs"][0].pop(k))))

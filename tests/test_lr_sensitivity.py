@@ -87,8 +87,8 @@ def _spec(tmp_path, **sens) -> dict:
 
 
 def test_the_report_section_states_the_cap_and_draws_the_figure(tmp_path):
-    spec = parse_spec(_spec(tmp_path, cap=CAP, cap_reason="the unigram level")).to_dict()
-    section = lr_section(spec, None, "demo", "", _cells(SYNTHETIC), tmp_path)
+    spec = parse_spec(_spec(tmp_path, cap=CAP, cap_reason="the unigram level"))
+    section = lr_section(spec, [], None, "demo", "", _cells(SYNTHETIC), tmp_path)
     assert section["tuning"] is None and section["sensitivity"]["cap"] == CAP
     assert section["figures"] == [{"title": "Learning-rate sensitivity: final validation loss against optim.lr, "
                                             "mean over seeds", "file": "lr_sensitivity.png"}]
@@ -103,8 +103,8 @@ def test_the_report_section_states_the_cap_and_draws_the_figure(tmp_path):
     assert rows["a"][4] == "0.01" and table[1][-3:] == ["0.001", "0.01", "0.1"]
     assert json.dumps(section)  # the report stores it as JSON
     # a spec without a learning-rate grid and without [tune] has no section
-    plain = parse_spec(spec_dict(tmp_path)).to_dict()
-    assert lr_section(plain, None, "demo", "", [], tmp_path) is None
+    plain = parse_spec(spec_dict(tmp_path))
+    assert lr_section(plain, [], None, "demo", "", [], tmp_path) is None
 
 
 def test_the_default_cap_is_the_unigram_entropy_of_the_training_data(tmp_path):
@@ -114,14 +114,14 @@ def test_the_default_cap_is_the_unigram_entropy_of_the_training_data(tmp_path):
 
     data = _spec(tmp_path)  # a learning-rate grid without sensitivity settings: the defaults
     assert "report" not in data
-    spec = parse_spec(data).to_dict()
+    spec = parse_spec(data)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "sweep.json").write_text(json.dumps({"id": "x", "config": {"data": spec["base"]["data"]}}))
+    (run_dir / "sweep.json").write_text(json.dumps({"id": "x", "config": {"data": spec.base["data"]}}))
     cells = _cells(SYNTHETIC)
     cells[0]["runs"][0]["path"] = str(run_dir)
-    section = lr_section(spec, None, "demo", "", cells, tmp_path)
-    prepared = prepare_dataset(from_dict(DataConfig, spec["base"]["data"]), progress=False, log=lambda *_: None)
+    section = lr_section(spec, [], None, "demo", "", cells, tmp_path)
+    prepared = prepare_dataset(from_dict(DataConfig, spec.base["data"]), progress=False, log=lambda *_: None)
     counts = np.bincount(np.asarray(prepared.train), minlength=prepared.vocab_size)
     p = counts[counts > 0] / counts.sum()
     assert section["sensitivity"]["cap"] == pytest.approx(float(-(p * np.log(p)).sum()))

@@ -79,7 +79,7 @@ def test_tuning_never_runs_the_extra_seeds_and_the_plan_counts_them_per_row(tmp_
     spec = parse_spec(data)
     assert {r.seed for r in tuning_runs(spec)} == {9001} and len(tuning_runs(spec)) == 8
     assert comparison_counts(spec) == {"": 2 * 3 + 2 * 5}
-    assert sum(plan(spec, None)["after"].values()) == 16
+    assert sum(plan(spec, None).after.values()) == 16
 
 
 def test_more_comparison_seeds_from_the_command_line_skip_the_entries_seeds(tmp_path):

@@ -320,8 +320,8 @@ def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_lr(spec, store, spec_name, scale, cells, out):
-        seen["lr"] = (spec["name"], spec_name, scale, cells, out)
+    def fake_lr(spec, tuned, store, spec_name, scale, cells, out):
+        seen["lr"] = (spec.name, spec_name, scale, cells, out)
         return {"figures": [{"title": "Loss against learning rate", "file": "lr.png"}]}
 
     def fake_claims(claim_list, cells, reference, scale, unheld):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reslab.cli import main
-from reslab.errors import ConfigError
+from reslab.errors import ConfigError, ReslabError
 from reslab.report.tuning import _tuning_blocks, check_held, lr_blocks, lr_section
 from reslab.sweep.runner import run_sweep
 from reslab.spec.expand import expand, with_seeds
@@ -101,14 +101,14 @@ def test_a_rerun_trains_nothing_and_chooses_the_same(tuned, tmp_path):
 def test_a_diverged_tuning_run_makes_its_value_lose(tuned, tmp_path):
     store = _copy(tuned, tmp_path)
     spec = tuned[2]
-    first = {c["variant"]: c["value"] for c in choose(spec, store)}
+    first = {c.variant: c.value for c in choose(spec, store)}
     # one seed of full's winning value diverged: that value now loses, whatever its other seed did
     run = next(r for r in tuning_runs(spec) if r.variant == "full" and r.grid["optim.lr"] == first["full"]
                and r.seed == TUNE_SEEDS[0])
     status_file = store.folder_for(run.id, run.label) / "status.json"
     status = json.loads(status_file.read_text())
     status_file.write_text(json.dumps(dict(status, status="diverged", best_val_loss=None)))
-    again = {c["variant"]: c for c in choose(spec, store)}
+    again = {c.variant: c.to_dict() for c in choose(spec, store)}
     other = next(v for v in VALUES if v != first["full"])
     assert again["full"]["value"] == other and again["none"]["value"] == first["none"]
     entry = next(e for e in again["full"]["values"] if e["value"] == first["full"])
@@ -265,7 +265,8 @@ def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
     tmp, _, spec, _ = tuned
     store = Store(tmp / "store")
     record = store.load_spec_record("demo")
-    section = lr_section(record["spec"], store, "demo", "", [], tmp_path)
+    typed = store.spec_record("demo")
+    section = lr_section(typed.spec, typed.tuned, store, "demo", "", [], tmp_path)
     rows = {r["variant"]: r for r in section["tuning"]["rows"]}
     assert {v: r["chosen"] for v, r in rows.items()} == {c["variant"]: c["value"] for c in record["tuned"]}
     for c in record["tuned"]:
@@ -288,8 +289,27 @@ def test_the_report_section_shows_the_tuning_table_and_figure(tuned, tmp_path):
     assert any(b[0] == "p" and "ties go to the smaller" in b[1] for b in blocks)
     assert not any(b[0] == "img" for b in blocks)
     # no [tune] here and no learning-rate grid: no section
-    plain = dict(record["spec"], tune=None)
-    assert lr_section(plain, store, "demo", "", [], tmp_path) is None
+    plain = typed.spec.replace(tune=None)
+    assert lr_section(plain, [], store, "demo", "", [], tmp_path) is None
+
+
+def test_the_recorded_choices_read_back_as_typed_values_and_a_damaged_one_is_named(tuned, tmp_path):
+    store = _copy(tuned, tmp_path)
+    raw = store.load_spec_record("demo")["tuned"]
+    typed = store.spec_record("demo").tuned
+    # the stored JSON is the typed record's to_dict, key for key and in order (old records read alike)
+    assert [c.to_dict() for c in typed] == raw
+    assert [list(c) for c in raw] == [["scale", "variant", "grid", "axis", "metric", "seeds", "value", "values",
+                                       "edge", "extended", "note"]] * len(raw)
+    assert [c.value for c in typed] == [c.value for c in choose(tuned[2], store)]
+    assert all(isinstance(e.mean, float) and e.n == 2 for c in typed for e in c.values)
+    path = store.specs_dir / "demo.json"
+    record = json.loads(path.read_text())
+    record["tuned"][1]["values"][0]["n"] = "two"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ReslabError, match=r"demo\.json: tuned\[1\]\.values\[0\]\.n: expected an integer, got "
+                                          r"'two'; the sweep record is damaged"):
+        store.spec_record("demo")
 
 
 def test_the_results_table_gives_each_row_its_tuned_value(tuned, tmp_path):
@@ -377,7 +397,7 @@ def test_a_row_at_an_end_extends_until_its_best_is_inside(tmp_path, monkeypatch)
              "none": {1e-4: 3.1, 1e-3: 3.0, 1e-2: 3.2}}
     _fake_results(monkeypatch, lambda v, lr: curve[v].get(lr))
     runs, choices = tuning_plan(spec, None)
-    by = {c["variant"]: c for c in choices}
+    by = {c.variant: c.to_dict() for c in choices}
     assert by["full"]["value"] == 0.1 and by["full"]["edge"] is None
     assert by["full"]["extended"] == {"top": 2, "bottom": 0}   # tried 0.1 (best) and 1.0 (worse): inside
     assert [e["value"] for e in by["full"]["values"]] == [1e-3, 1e-2, 0.1, 1.0]
@@ -397,25 +417,25 @@ def test_an_extension_stops_at_its_limit_and_waits_for_unfinished_runs(tmp_path,
     spec = parse_spec(_tune_dict(tmp_path, values=[1e-3, 1e-2], extend=1))
     _fake_results(monkeypatch, lambda v, lr: 2.0 - lr)   # always better higher: the top, then the limit
     _, choices = tuning_plan(spec, None)
-    assert all(c["value"] == 0.1 and c["edge"] == "top" and c["extended"] == {"top": 1, "bottom": 0} for c in choices)
+    assert all(c.value == 0.1 and c.edge == "top" and c.extended == {"top": 1, "bottom": 0} for c in choices)
     assert "the top of its values, 1 of them beyond the grid: its best may lie beyond" in choice_line("demo", choices[0])
     # while the added value's runs are unfinished the row has no value yet, and its runs are planned
     _fake_results(monkeypatch, lambda v, lr: None if lr == 0.1 else 2.0 - lr)
     runs, choices = tuning_plan(spec, None)
-    assert all(c["value"] is None for c in choices)
+    assert all(c.value is None for c in choices)
     assert sum(r.grid["optim.lr"] == 0.1 for r in runs) == 2 * len(TUNE_SEEDS)
     # a value the config refuses ends the extension, and the row says why
     _fake_results(monkeypatch, lambda v, lr: 2.0 + lr)   # always better lower: 1e-4 is below optim.min_lr 3e-4
     runs, choices = tuning_plan(spec, None)
     assert len(runs) == len(tuning_runs(spec))
     for c in choices:
-        assert c["value"] == 1e-3 and c["edge"] == "bottom" and c["extended"] == {"top": 0, "bottom": 0}
-        assert c["note"] == "cannot try 0.0001 beyond the bottom: optim.min_lr: must be in [0, lr=0.0001], got 0.0003 (and 3 more runs)"
+        assert c.value == 1e-3 and c.edge == "bottom" and c.extended == {"top": 0, "bottom": 0}
+        assert c.note == "cannot try 0.0001 beyond the bottom: optim.min_lr: must be in [0, lr=0.0001], got 0.0003 (and 3 more runs)"
     # without extend nothing is added: the edge is only reported
     plain = parse_spec(_tune_dict(tmp_path, values=[1e-3, 1e-2]))
     _fake_results(monkeypatch, lambda v, lr: 2.0 - lr)
     runs, choices = tuning_plan(plain, None)
-    assert len(runs) == len(tuning_runs(plain)) and all(c["edge"] == "top" for c in choices)
+    assert len(runs) == len(tuning_runs(plain)) and all(c.edge == "top" for c in choices)
 
 
 def test_a_sweep_with_extend_trains_the_added_values_and_a_rerun_trains_nothing(tmp_path, capsys):
@@ -452,7 +472,8 @@ def test_a_sweep_with_extend_trains_the_added_values_and_a_rerun_trains_nothing(
     assert again.skipped == again.planned == result.planned and again.tuning == result.tuning
     assert store.load_spec_record("demo")["tuned"] == tuned
     # the report's tuning table has a column per value tried, and says which rows went beyond the grid
-    section = lr_section(store.load_spec_record("demo")["spec"], store, "demo", "", [], tmp_path / "fig")
+    section = lr_section(store.spec_record("demo").spec, store.spec_record("demo").tuned, store, "demo", "", [],
+                          tmp_path / "fig")
     assert section["tuning"]["values"] == sorted({v for vs in tried.values() for v in vs})
     blocks = lr_blocks({"lr": section})
     assert any(b[0] == "p" and "tried values beyond it" in b[1] for b in blocks)

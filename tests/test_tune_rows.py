@@ -72,7 +72,7 @@ def test_each_row_chooses_among_its_own_values_and_extends_from_them(tmp_path, m
     monkeypatch.setattr(tune, "_status", lambda store, run: {
         "status": "completed", "best_val_loss": curve[run.variant].get(run.grid["optim.lr"], 3.0)})
     runs, choices = tuning_plan(spec, None)
-    by = {c["variant"]: c for c in choices}
+    by = {c.variant: c.to_dict() for c in choices}
     assert by["full"]["value"] == 1e-2 and [e["value"] for e in by["full"]["values"]] == [1e-3, 1e-2, 0.1]
     assert by["none"]["value"] == 1e-4 and by["none"]["extended"] == {"top": 0, "bottom": 1}
     assert [e["value"] for e in by["none"]["values"]] == [3.3e-5, 1e-4, 3e-4, 1e-3]
@@ -126,7 +126,8 @@ def test_a_sweep_trains_each_rows_values_and_the_report_and_plan_say_so(tmp_path
     assert [e["value"] for e in tuned["none"]["values"]] == [1e-4, 3e-4]
     assert [e["value"] for e in tuned["full"]["values"]] == [1e-3, 1e-2]
     # the report: each row's own values, none of them counted as tried beyond its grid
-    section = lr_section(store.load_spec_record("demo")["spec"], store, "demo", "", [], tmp_path / "fig")
+    section = lr_section(store.spec_record("demo").spec, store.spec_record("demo").tuned, store, "demo", "", [],
+                          tmp_path / "fig")
     rows = {r["variant"]: r for r in section["tuning"]["rows"]}
     assert rows["none"]["own_values"] == [1e-4, 3e-4] and rows["full"]["own_values"] == [1e-3, 1e-2]
     assert all(r["added"] == [] for r in rows.values())
@@ -178,7 +179,7 @@ def test_a_row_chooses_by_the_mean_over_its_own_seeds_and_extends_on_them(tmp_pa
         "status": "completed", "best_val_loss": loss.get((run.variant, run.grid["optim.lr"], run.seed),
                                                          2.0 + run.grid["optim.lr"])})
     runs, choices = tuning_plan(spec, None)
-    by = {c["variant"]: c for c in choices}
+    by = {c.variant: c.to_dict() for c in choices}
     assert by["none"]["seeds"] == [9001, 9002, 9003] and by["full"]["seeds"] == SEEDS
     assert by["none"]["value"] == 3.3e-4 and by["none"]["extended"] == {"top": 0, "bottom": 1}
     assert {e["value"]: e["n"] for e in by["none"]["values"]} == {3.3e-4: 3, 1e-3: 3, 3e-3: 3, 1e-2: 3}
@@ -203,7 +204,8 @@ def test_a_sweep_tunes_a_row_on_its_own_seeds_and_the_report_says_so(tmp_path, c
     tuned = {c["variant"]: c for c in store.load_spec_record("demo")["tuned"]}
     assert tuned["none"]["seeds"] == [9001, 9002] and tuned["full"]["seeds"] == [9001]
     assert all(e["n"] == 2 for e in tuned["none"]["values"]) and all(e["n"] == 1 for e in tuned["full"]["values"])
-    section = lr_section(store.load_spec_record("demo")["spec"], store, "demo", "", [], tmp_path / "fig")
+    section = lr_section(store.spec_record("demo").spec, store.spec_record("demo").tuned, store, "demo", "", [],
+                          tmp_path / "fig")
     rows = {r["variant"]: r for r in section["tuning"]["rows"]}
     assert rows["none"]["seeds"] == [9001, 9002] and rows["full"]["seeds"] == [9001]
     assert rows["none"]["chosen"] == tuned["none"]["value"]

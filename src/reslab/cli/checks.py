@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError, ReslabError
+from ..errors import ReslabError
 
-RECORD_RUN_KEYS = {"variant": str, "scale": str, "grid": dict, "seed": int, "id": str, "label": str}
 MEMBER_KEYS = {"spec": str, "variant": str, "scale": str, "grid": dict, "seed": int}
 
 
@@ -27,29 +26,11 @@ def _rows_problem(rows, kinds: dict, where: str) -> str | None:
 
 
 def check_spec_record(store, name: str) -> None:
-    """specs/<name>.json, as a sweep wrote it (its spec and planned runs), checked before a sweep
-    rewrites it or a report reads it: a hand-edited or damaged record is one line naming its key."""
-    from ..fileio import read_json
-    from ..spec.schema import SweepSpec
-    from ..typed import from_dict
-
-    path = store.specs_dir / f"{name}.json"
-    if not path.exists():
-        return
-    record = read_json(path, "sweep record")
-    problem = None
-    if not isinstance(record.get("spec"), dict):
-        problem = "spec: expected an object"
-    elif not isinstance(record.get("runs"), list):
-        problem = "runs: expected a list"
-    else:
-        try:
-            from_dict(SweepSpec, record["spec"], prefix="spec")
-        except ConfigError as e:
-            problem = e.errors[0]
-        problem = problem or _rows_problem(record["runs"], RECORD_RUN_KEYS, "runs")
-    if problem:
-        raise ReslabError(f"{path}: {problem}; the sweep record is damaged (rerun the sweep to rewrite it)")
+    """specs/<name>.json, as a sweep wrote it (its spec, planned runs and tuning choices), checked
+    before a sweep rewrites it or a report reads it: a hand-edited or damaged record is one line
+    naming its key (Store.spec_record)."""
+    if (store.specs_dir / f"{name}.json").exists():
+        store.spec_record(name)
 
 
 def check_runs(runs, local: bool) -> None:

@@ -81,22 +81,22 @@ def cmd_sweep_plan(args) -> None:
     # only once its tuning runs have finished, before that they are counted
     check_override_conflict(spec, args.scale)
     p = plan(spec, store, args.scale)
-    tuning, comparison = plan_status(store, p["tuning"]), plan_status(store, p["comparison"])
+    tuning, comparison = plan_status(store, p.tuning), plan_status(store, p.comparison)
     t = spec.tune
     if args.json:
         out = [dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f), phase="tune")
                for r, f, s in tuning]
         out += [dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f), phase="compare")
                 for r, f, s in comparison]
-        out += [{"spec": spec.name, "variant": c["variant"], "scale": c["scale"], "grid": c["grid"], "seed": seed,
+        out += [{"spec": spec.name, "variant": c.variant, "scale": c.scale, "grid": c.grid, "seed": seed,
                  "id": None, "label": None, "status": "after tuning", "path": None, "phase": "compare"}
-                for c in p["choices"] if c["value"] is None
-                for seed in comparison_seeds(spec, c["scale"], c["variant"], c["grid"])]
+                for c in p.choices if c.value is None
+                for seed in comparison_seeds(spec, c.scale, c.variant, c.grid)]
         print(json.dumps(out, indent=2))
         return
     values = values_text(t)
     seeds = ", ".join(map(str, t.seeds))
-    at = ", ".join(sorted({r.scale for r in p["tuning"]} - {""}))
+    at = ", ".join(sorted({r.scale for r in p.tuning} - {""}))
     grown = len(tuning) - len(tuning_runs(spec, args.scale))
     extend = (f"; tune.extend = {t.extend}: a row whose best is an end of its values tries up to {t.extend} more "
               f"beyond it ({grown} such runs so far)") if t.extend else ""
@@ -104,19 +104,19 @@ def cmd_sweep_plan(args) -> None:
           + (f" at scale {at}" if at else "") + f", {len(tuning)} runs{extend}")
     for run, folder, status in tuning:
         print(f"{run.id}  {status:<10} {run.label}")
-    chosen = [c for c in p["choices"] if c["value"] is not None]
+    chosen = [c for c in p.choices if c.value is not None]
     if chosen:
         print(f"chosen so far ({t.metric}, mean over the tuning seeds; ties to the smaller value):")
         for c in chosen:
-            row = "-".join([c["variant"]] + [f"{k}={v}" for k, v in c["grid"].items()])
-            print(f"  {(c['scale'] + ' ') if c['scale'] else ''}{row}: {t.axis} = {c['value']:g}"
-                  + (f" ({c['note']})" if c["note"] else ""))
+            row = "-".join([c.variant] + [f"{k}={v}" for k, v in c.grid.items()])
+            print(f"  {(c.scale + ' ') if c.scale else ''}{row}: {t.axis} = {c.value:g}"
+                  + (f" ({c.note})" if c.note else ""))
     print(f"comparison {spec.name}: {len(comparison)} runs known now")
     for run, folder, status in comparison:
         print(f"{run.id}  {status:<10} {run.label}")
-    later = sum(p["after"].values())
-    for scale, n in p["after"].items():
-        rows = sum(1 for c in p["choices"] if c["value"] is None and c["scale"] == scale)
+    later = sum(p.after.values())
+    for scale, n in p.after.items():
+        rows = sum(1 for c in p.choices if c.value is None and c.scale == scale)
         seeds = f"{len(spec.seeds)} seeds" + (" and their [[more_seeds]]" if spec.more_seeds else "")
         print(f"planned after tuning: {n} comparison runs{f' at scale {scale}' if scale else ''} "
               f"({rows} rows x {seeds}), each row at its chosen {t.axis}")

@@ -30,6 +30,7 @@ not finite is None.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -40,7 +41,10 @@ import numpy as np
 
 from ..errors import ReslabError
 from ..spec.more_seeds import describe
+from ..spec.record import SpecRecord
+from ..spec.rows import row_name
 from ..spec.schema import NOT_A_RESULT, is_result_scale
+from ..spec.tune import TuningChoice
 from ..sweep.store import Store
 from . import claims, plots, stats, tuning
 
@@ -49,12 +53,6 @@ FIGURES = (("val_loss.png", "Validation loss", plots.plot_val_loss),
            ("layer0_grad.png", "Layer-0 gradient norm (diagnostics)", plots.plot_layer0_grad),
            ("hidden_growth.png", "Hidden-state growth per layer (diagnostics)", plots.plot_hidden_growth),
            ("prores_alpha.png", "ProRes alpha per layer", plots.plot_prores_alpha))
-def row_name(member: dict) -> str:
-    grid = member["grid"] if isinstance(member["grid"], dict) else json.loads(member["grid"] or "{}")
-    return "-".join([member["variant"]] + [f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float)
-                                           else f"{k.rsplit('.', 1)[-1]}={v}" for k, v in grid.items()])
-
-
 def _reference(config: dict) -> tuple[dict | None, dict, str | None]:
     """(reference levels, data meta, None) of a run's data, or (None, meta or {}, why not)."""
     from ..data import prepare_dataset
@@ -81,8 +79,8 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def _choose_scale(record: dict, scale: str | None) -> str:
-    scales = list(dict.fromkeys(r["scale"] for r in record["runs"]))
+def _choose_scale(record: SpecRecord, scale: str | None) -> str:
+    scales = list(dict.fromkeys(r.scale for r in record.runs))
     if scale is None:
         if len(scales) > 1:
             raise ReslabError(f"--scale: this sweep ran at scales {', '.join(scales)}; choose one")
@@ -98,11 +96,6 @@ def _index_rows(store: Store, spec_name: str) -> dict[tuple, dict]:
     for r in store.runs(spec=spec_name):
         out[(r["variant"], r["scale"], r["grid"], r["seed"])] = r
     return out
-
-
-def _more_seeds_here(entries: list[dict], scale: str) -> list[str]:
-    """The spec's [[more_seeds]] entries that apply at `scale`, one line each."""
-    return describe([e for e in entries if not e.get("scales") or scale in e["scales"]])
 
 
 def _table_row(name: str, runs: list[dict], planned: int, is_baseline: bool) -> dict:
@@ -129,47 +122,47 @@ def _table_row(name: str, runs: list[dict], planned: int, is_baseline: bool) -> 
 def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir: str | Path | None = None,
                  probe: bool = True) -> tuple[dict, Path]:
     """The report dict of one sweep at one scale, with its figures drawn into out_dir."""
-    record = store.load_spec_record(spec_name)
-    spec = record["spec"]
+    record = store.spec_record(spec_name)
+    spec = record.spec
     scale = _choose_scale(record, scale)
     is_result = is_result_scale(scale)
     out = Path(out_dir) if out_dir else store.root / "reports" / (spec_name + (f"-{scale}" if scale else ""))
     out.mkdir(parents=True, exist_ok=True)
     index = _index_rows(store, spec_name)
 
-    planned = [m for m in record["runs"] if m["scale"] == scale]
+    planned = record.runs_at(scale)
     by_row: dict[str, list[dict]] = {}
     row_key: dict[str, tuple[str, str]] = {}  # row name -> (variant, grid point as JSON)
     missing, run_list = [], []
     for m in planned:
-        grid = json.dumps(m["grid"], sort_keys=True)
-        row = index.get((m["variant"], m["scale"], grid, m["seed"]))
-        name = row_name(m)
+        grid = json.dumps(m.grid, sort_keys=True)
+        row = index.get((m.variant, m.scale, grid, m.seed))
+        name = row_name(m.variant, m.grid)
         by_row.setdefault(name, [])
-        row_key[name] = (m["variant"], grid)
+        row_key[name] = (m.variant, grid)
         status = row["status"] if row else "pending"
         if status not in ("completed", "diverged"):
             reason = status + (f": {row['error']}" if row and row.get("error") else "")
-            missing.append({"variant": name, "seed": m["seed"], "scale": scale, "reason": reason})
+            missing.append({"variant": name, "seed": m.seed, "scale": scale, "reason": reason})
         if row:
             by_row[name].append(dict(row, variant=name))
 
-    baseline = spec.get("baseline")
-    table = [_table_row(n, rs, sum(1 for m in planned if row_name(m) == n), row_key[n][0] == baseline)
+    baseline = spec.baseline
+    table = [_table_row(n, rs, sum(1 for m in planned if row_name(m.variant, m.grid) == n), row_key[n][0] == baseline)
              for n, rs in by_row.items()]
     _compare_to_baseline(table, by_row, row_key, baseline, tests=is_result)
-    _add_tuned_values(table, row_key, record, scale)
+    _add_tuned_values(table, row_key, record.tuned_at(scale))
 
-    opts = spec.get("report", {})
+    opts = spec.report
     reference, data_meta, reference_error, data_of = _reference_for(by_row)
     _bigram_flags(table, by_row, reference, data_of)
 
     # collapse: within a margin of the no-skip variant's mean, or of the unigram level
     unigram = reference["unigram"] if reference else None
-    no_skip = opts.get("no_skip")
+    no_skip = opts.no_skip
     no_skip_mean = {row_key[t["variant"]][1]: t["best"]["mean"] for t in table
                     if row_key[t["variant"]][0] == no_skip}  # grid point -> the no-skip variant's mean there
-    margin = opts.get("collapse_margin", 0.1)
+    margin = opts.collapse_margin
     for t in table:
         variant, grid = row_key[t["variant"]]
         for r in by_row[t["variant"]]:
@@ -198,20 +191,20 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
             figures.append({"title": title, "file": file})
         else:
             (out / file).unlink(missing_ok=True)  # a stale figure from an earlier report
-    notes = list(opts.get("notes", []))
-    if data_meta and not data_meta.get("comparable", True) and (opts.get("published") or
+    notes = list(opts.notes)
+    if data_meta and not data_meta.get("comparable", True) and (opts.published or
                                                                 "fallback" in data_meta.get("source", "")):
         notes.insert(0, f"Data: {data_meta.get('source')}. These losses are not comparable with published "
                         "numbers measured on TinyShakespeare or another corpus.")
-    if any(m["grid"] for m in planned):
+    if any(m.grid for m in planned):
         notes.append("Each row is compared with the baseline variant at the same grid point "
-                     f"({', '.join(sorted({k for m in planned for k in m['grid']}))}).")
+                     f"({', '.join(sorted({k for m in planned for k in m.grid}))}).")
     notes.append("Means, intervals and tests use completed runs only; diverged runs are counted in the "
                  "'diverged' column and never averaged; failed or unfinished runs are listed as missing.")
-    if probe and opts.get("probe"):
-        figures += _probe_section(opts["probe"], out, notes)
+    if probe and opts.probe:
+        figures += _probe_section(opts.probe, out, notes)
 
-    lr = tuning.lr_section(spec, store, spec_name, scale, cells, out)
+    lr = tuning.lr_section(spec, record.tuned_at(scale), store, spec_name, scale, cells, out)
     if lr:
         figures += list(lr.get("figures") or [])
     unheld = tuning.check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
@@ -219,9 +212,9 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     report = {
         "title": title if is_result else f"{title} — {NOT_A_RESULT}",
         "is_result": is_result,
-        "spec": {"name": spec_name, "description": spec.get("description", ""), "question": spec.get("question", ""),
-                 "scale": scale, "baseline": baseline, "seeds": spec.get("seeds", []),
-                 "more_seeds": _more_seeds_here(spec.get("more_seeds") or [], scale)},
+        "spec": {"name": spec_name, "description": spec.description, "question": spec.question,
+                 "scale": scale, "baseline": baseline, "seeds": list(spec.seeds),
+                 "more_seeds": describe(spec.more_seeds, scale)},
         "generated": f"{time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this machine'} "
                      f"({platform.processor() or platform.machine()})",
         # the no-skip variant is named only where it ran at this scale (a scale may leave it out)
@@ -231,8 +224,8 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "unigram_entropy": unigram,  # the unigram level, under the name older callers read
         "table": table,
         "lr": lr,
-        "claims": claims.evaluate_claims(spec.get("claims", []), cells, reference, scale, unheld) if is_result else [],
-        "published": [dict(p) for p in opts.get("published", [])],
+        "claims": claims.evaluate_claims(spec.claims, cells, reference, scale, unheld) if is_result else [],
+        "published": [dataclasses.asdict(p) for p in opts.published],
         "runs": run_list, "missing": missing, "notes": notes, "figures": figures,
     }
     return report, out
@@ -276,18 +269,17 @@ def _bigram_flags(table: list[dict], by_row: dict, reference: dict | None, data_
                                               and r["best_val_loss"] >= bigram)
 
 
-def _add_tuned_values(table: list[dict], row_key: dict, record: dict, scale: str) -> None:
+def _add_tuned_values(table: list[dict], row_key: dict, tuned: list[TuningChoice]) -> None:
     """Each row's own value of the tuned axis ([tune]) as a column, so the comparison says at which
     learning rate each design ran."""
-    for choice in record.get("tuned") or []:
-        if not isinstance(choice, dict) or choice.get("scale") != scale or choice.get("value") is None:
+    for choice in tuned:
+        if choice.value is None:
             continue
-        key = (choice.get("variant"), json.dumps(choice.get("grid") or {}, sort_keys=True))
+        key = (choice.variant, json.dumps(choice.grid, sort_keys=True))
         for t in table:
             if row_key[t["variant"]] == key:
-                t["extra"][f"{str(choice.get('axis', 'value')).rsplit('.', 1)[-1]} (tuned)"] = choice["value"]
-                if "edge" in choice:  # an end of the values the row tried (tune.extend may have added some)
-                    t["tuned_edge"] = choice["edge"]
+                t["extra"][f"{choice.axis.rsplit('.', 1)[-1]} (tuned)"] = choice.value
+                t["tuned_edge"] = choice.edge  # an end of the values the row tried (tune.extend may add some)
 
 
 def _compare_to_baseline(table: list[dict], by_row: dict, row_key: dict, baseline: str | None,

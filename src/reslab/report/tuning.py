@@ -1,7 +1,7 @@
 """Loss against learning rate in reports: the [tune] phase's curves and chosen values, and the
 learning-rate sensitivity of each design (Wortsman et al. 2023).
 
-    lr_section(spec, store, spec_name, scale, cells, out) -> dict | None
+    lr_section(spec, tuned, store, spec_name, scale, cells, out) -> dict | None
         None when the spec neither tunes at this scale nor has a learning-rate grid; otherwise
         {"tuning": {...} | None, "sensitivity": {...} | None, "figures": [{"title", "file"}]},
         its figures drawn into `out` (lr_tuning.png, lr_sensitivity.png). The caller lists
@@ -37,8 +37,9 @@ import math
 from pathlib import Path
 
 from ..errors import ReslabError
-from ..spec.rows import selects
-from ..spec.tune import grid_edge, pick, tune_name  # grid_edge: also the report's and study_docs' name for it
+from ..spec.rows import row_name
+from ..spec.schema import SweepSpec, TuneOptions
+from ..spec.tune import TuningChoice, grid_edge, pick, row_seeds, row_values, tune_name  # grid_edge: also study_docs'
 from ..sweep.tune import folder_config
 from . import stats
 from .claims import run_fails
@@ -66,39 +67,26 @@ def _grid(value) -> dict:
     return out if isinstance(out, dict) else {}
 
 
-def _row_name(variant: str, grid: dict) -> str:
-    """As the report names its rows: the variant, then each grid axis's last key part and value."""
-    def short(v):
-        return f"{v:g}" if isinstance(v, float) else str(v)
-    return "-".join([variant] + [f"{k.rsplit('.', 1)[-1]}={short(v)}" for k, v in grid.items()])
+def _tune_at(spec: SweepSpec, scale: str) -> TuneOptions | None:
+    return spec.tune if spec.tune is not None and spec.tune.tunes(scale) else None
 
 
-def _scale_grid(spec: dict, scale: str) -> dict:
-    return (spec.get("scale_grid") or {}).get(scale) or spec.get("grid") or {}
-
-
-def _tune_at(spec: dict, scale: str) -> dict | None:
-    tune = spec.get("tune")
-    if not isinstance(tune, dict):
-        return None
-    return tune if tune.get("scales") is None or scale in tune["scales"] else None
-
-
-def _sensitivity_options(spec: dict, scale: str) -> dict | None:
+def _sensitivity_options(spec: SweepSpec, scale: str) -> dict | None:
     """The sensitivity settings when the scale's grid has the axis: the spec's, else the defaults
     for a learning-rate grid."""
-    opts = (spec.get("report") or {}).get("sensitivity")
-    opts = dict(opts) if isinstance(opts, dict) else {}
-    axis = opts.get("axis") or LR_AXIS
-    values = _scale_grid(spec, scale).get(axis)
+    opts = spec.report.sensitivity
+    axis = (opts.axis if opts else None) or LR_AXIS
+    values = spec.scale_grid.get(scale, spec.grid).get(axis)
     if not isinstance(values, list) or len(values) < 2:
         return None
-    return {"axis": axis, "cap": opts.get("cap"), "cap_reason": opts.get("cap_reason") or "",
-            "metric": opts.get("metric") or "final_val_loss"}
+    return {"axis": axis, "cap": opts.cap if opts else None, "cap_reason": (opts.cap_reason if opts else ""),
+            "metric": opts.metric if opts else "final_val_loss"}
 
 
-def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict], out) -> dict | None:
-    """The report's learning-rate section (see the module docstring)."""
+def lr_section(spec: SweepSpec, tuned: list[TuningChoice], store, spec_name: str, scale: str, cells: list[dict],
+               out) -> dict | None:
+    """The report's learning-rate section (see the module docstring); `tuned`: the choices the sweep
+    recorded at this scale."""
     tune = _tune_at(spec, scale)
     sens = _sensitivity_options(spec, scale)
     if tune is None and sens is None:
@@ -108,9 +96,9 @@ def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict],
     out = Path(out)
     section: dict = {"tuning": None, "sensitivity": None, "figures": []}
     if tune is not None:
-        section["tuning"] = tuning_table(spec, store, spec_name, scale, tune)
+        section["tuning"] = tuning_table(tune, tuned, store, spec_name, scale)
         if _draw_tuning(section["tuning"], out / TUNING_FIGURE, plots):
-            section["figures"].append({"title": f"Tuning: validation loss against {tune['axis']}, chosen "
+            section["figures"].append({"title": f"Tuning: validation loss against {tune.axis}, chosen "
                                                 "values marked", "file": TUNING_FIGURE})
         else:
             (out / TUNING_FIGURE).unlink(missing_ok=True)  # a stale figure from an earlier report
@@ -130,56 +118,42 @@ def lr_section(spec: dict, store, spec_name: str, scale: str, cells: list[dict],
 
 
 # ---- tuning ----------------------------------------------------------------------------------------
-def tuning_table(spec: dict, store, spec_name: str, scale: str, tune: dict) -> dict:
+def tuning_table(tune: TuneOptions, tuned: list[TuningChoice], store, spec_name: str, scale: str) -> dict:
     """Per row: each value's mean metric over the row's tuning seeds and its n, and the chosen value
-    (as the sweep recorded it; recomputed by the same rule where the record has none). A row's values
-    are the grid's and any it added beyond an end (tune.extend); "values" is their union. A row's
-    "seeds" are tune.seeds unless a [[tune.rows]] entry gives it its own."""
-    axis, metric, values = tune["axis"], tune.get("metric") or "best_val_loss", sorted(tune["values"])
-    seeds = list(tune.get("seeds") or [])
-    out = {"axis": axis, "metric": metric, "values": values, "seeds": seeds, "rows": [], "note": None,
-           "grid": list(values), "extend": tune.get("extend") or 0}
+    (as the sweep recorded it in `tuned`; recomputed by the same rule where the record has none). A
+    row's values are the grid's and any it added beyond an end (tune.extend); "values" is their
+    union. A row's "seeds" are tune.seeds unless a [[tune.rows]] entry gives it its own."""
+    axis, metric, values = tune.axis, tune.metric, sorted(tune.values)
+    out = {"axis": axis, "metric": metric, "values": values, "seeds": list(tune.seeds), "rows": [], "note": None,
+           "grid": list(values), "extend": tune.extend}
     try:
-        planned = [r for r in store.load_spec_record(tune_name(spec_name)).get("runs", []) if r.get("scale") == scale]
-        recorded = [c for c in store.load_spec_record(spec_name).get("tuned") or []
-                    if isinstance(c, dict) and c.get("scale") == scale]
+        planned = store.spec_record(tune_name(spec_name)).runs_at(scale)
     except ReslabError:
         out["note"] = "The tuning runs have not been started yet."
         return out
     index = {r["id"]: r for r in store.runs(spec=tune_name(spec_name), scale=scale)}
     rows: dict[str, dict] = {}
     for m in planned:
-        grid = _grid(m.get("grid"))
-        point = {k: v for k, v in grid.items() if k != axis}
-        key = json.dumps([m.get("variant"), point], sort_keys=True)
-        row = rows.setdefault(key, {"variant": m.get("variant"), "grid": point,
-                                    "name": _row_name(m.get("variant"), point), "results": {}})
-        r = index.get(m.get("id")) or {}
-        row["results"].setdefault(grid.get(axis), []).append((r.get("status") or "pending", r.get(metric)))
-    chosen = {json.dumps([c.get("variant"), c.get("grid") or {}], sort_keys=True): c for c in recorded}
+        point = {k: v for k, v in m.grid.items() if k != axis}
+        key = json.dumps([m.variant, point], sort_keys=True)
+        row = rows.setdefault(key, {"variant": m.variant, "grid": point,
+                                    "name": row_name(m.variant, point), "results": {}})
+        r = index.get(m.id) or {}
+        row["results"].setdefault(m.grid.get(axis), []).append((r.get("status") or "pending", r.get(metric)))
+    chosen = {json.dumps([c.variant, c.grid], sort_keys=True): c for c in tuned}
     for key, row in rows.items():
-        row_values = sorted(v for v in row["results"] if _finite(v))
-        own_seeds = _own(tune, row["variant"], row["grid"], "seeds") or seeds
-        value, table, note = pick(row_values, row["results"], len(own_seeds))
+        row_vals = sorted(v for v in row["results"] if _finite(v))
+        own_seeds = row_seeds(tune, row["variant"], row["grid"])
+        value, table, note = pick(row_vals, row["results"], len(own_seeds))
         if key in chosen:
-            value, note = chosen[key].get("value"), chosen[key].get("note")
-        own = sorted(_own(tune, row["variant"], row["grid"], "values") or tune.get("values") or [])
-        added = [v for v in row_values if v not in own]
+            value, note = chosen[key].value, chosen[key].note
+        own = sorted(row_values(tune, row["variant"], row["grid"]))
+        added = [v for v in row_vals if v not in own]
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
-                            "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_values),
+                            "values": table, "chosen": value, "note": note, "edge": grid_edge(value, row_vals),
                             "own_values": own, "added": added, "seeds": own_seeds})
     out["values"] = sorted(set(values).union(*(set(r["own_values"]) | set(r["added"]) for r in out["rows"])))
     return out
-
-
-def _own(tune: dict, variant, point: dict, key: str) -> list:
-    """A row's own "values" (before any extension) or "seeds" from the first [[tune.rows]] entry of
-    the recorded spec that selects it; [] where that entry gives none or none selects it, so the
-    caller falls back to [tune]'s (reslab.spec.tune's row_values and row_seeds, on the record)."""
-    for entry in tune.get("rows") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("match"), dict) and selects(entry["match"], variant, point):
-            return list(entry.get(key) or [])
-    return []
 
 
 def check_held(tuning: dict | None, cells: list[dict], bigram: float | None) -> dict[str, str]:
@@ -304,7 +278,7 @@ def sensitivity(cells: list[dict], axis: str, cap: float | None, metric: str = "
         if axis not in grid or not _finite(grid[axis]):
             continue
         rest = {k: v for k, v in grid.items() if k != axis}
-        name = _row_name(cell.get("variant"), rest)
+        name = row_name(cell.get("variant"), rest)
         d = designs.setdefault(name, {"design": name, "variant": cell.get("variant"), "grid": rest, "by_seed": {}})
         for run in cell.get("runs") or []:
             status, value = run.get("status"), run.get(metric)

@@ -100,14 +100,15 @@ def _rows(spec, scales: Optional[list[str]]):
                 yield scale, variant, point
 
 
-def describe(entries: list[dict]) -> list[str]:
-    """One line per entry (as recorded: dicts) for plans and reports:
+def describe(entries: list[MoreSeeds], scale: str | None = None) -> list[str]:
+    """One line per entry (those that apply at `scale`, when given) for plans and reports:
     'seeds 1, 2 also on n_layer = 6; variant = pre-ln, lime (scale cpu)'."""
     lines = []
     for entry in entries:
+        if scale is not None and entry.scales and scale not in entry.scales:
+            continue
         rows = "; ".join(f"{k} = {', '.join(map(str, v)) if isinstance(v, list) else v}"
-                         for k, v in entry["match"].items())
-        scales = entry.get("scales")
-        lines.append(f"seeds {', '.join(map(str, entry['seeds']))} also on {rows}"
-                     + (f" (scale {', '.join(scales)})" if scales else ""))
+                         for k, v in entry.match.items())
+        lines.append(f"seeds {', '.join(map(str, entry.seeds))} also on {rows}"
+                     + (f" (scale {', '.join(entry.scales)})" if entry.scales else ""))
     return lines

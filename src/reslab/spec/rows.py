@@ -156,6 +156,14 @@ def selects(match: dict, variant: str, point: dict) -> bool:
 
 
 
+def row_name(variant: str, point: dict) -> str:
+    """A report row's name: the variant, then each grid axis's last key part and value
+    ('pre-ln-n_layer=16-lr=0.001')."""
+    def short(v):
+        return f"{v:g}" if isinstance(v, float) else str(v)
+    return "-".join([variant] + [f"{k.rsplit('.', 1)[-1]}={short(v)}" for k, v in point.items()])
+
+
 def cell_text(variant: str, axes: dict) -> str:
     if not axes:
         return variant

@@ -45,8 +45,11 @@ import json
 import math
 import types
 import typing
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
 
 from ..train.config import RunConfig
+from ..typed import Typed
 from .grid import RUNNER_FIXED
 from .rows import selects
 
@@ -173,6 +176,44 @@ def values_text(t) -> str:
 
 
 # ---- the choice ----------------------------------------------------------------------------------
+Number = Union[int, float]  # an int axis (e.g. optim.warmup_steps) stays int in records and configs
+
+
+@dataclass(frozen=True)
+class ValueResult(Typed):
+    """One value of a row's tuning: its tuning runs' mean metric and how many completed, diverged,
+    failed or have not finished."""
+    value: Number
+    mean: Optional[float]
+    n: int
+    diverged: int
+    failed: int
+    unfinished: int
+
+
+@dataclass(frozen=True)
+class TuningChoice(Typed):
+    """One tuning row's choice, as a sweep records it (specs/<spec>.json, "tuned") and a report
+    reads it back: the row (scale, variant, grid point without the tuned axis), the rule it was
+    chosen by, the value (None while a tuning run is unfinished) and every value's result."""
+    scale: str
+    variant: str
+    grid: dict
+    axis: str
+    metric: Literal["best_val_loss", "final_val_loss"]
+    seeds: list[int]                  # the row's tuning seeds
+    value: Optional[Number]
+    values: list[ValueResult]         # ascending, over the row's values (an extension's included)
+    edge: Optional[Literal["top", "bottom"]] = None  # the chosen value is this end of its values
+    extended: dict[str, int] = field(default_factory=lambda: {"top": 0, "bottom": 0})  # values added a side
+    note: Optional[str] = None
+
+    @classmethod
+    def from_record(cls, data: dict, where: str = "tuned") -> "TuningChoice":
+        """A recorded choice (ConfigError naming the key when the record is damaged)."""
+        return cls.from_dict(data, prefix=where)
+
+
 def pick(values: list, results: dict, n_seeds: int) -> tuple[object, list[dict], str | None]:
     """The rule, on one row: results maps value -> [(status, metric)] of its tuning runs.
 

@@ -28,6 +28,7 @@ from ..errors import ReslabError
 from ..progress import _duration
 from ..spec.expand import PlannedRun, chosen_scales, expand
 from ..spec.schema import SweepSpec
+from ..spec.tune import TuningChoice
 from ..spec.tune_plan import check_override_conflict, tuning_runs, tuning_spec
 from ..train.run_folder import RunFolder
 from .lifetime import worker_popen_kwargs
@@ -86,7 +87,7 @@ def plan_status(store: Store, runs: list[PlannedRun]) -> list[tuple[PlannedRun, 
 
 
 def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: str,
-                scales: list[str] | None = None, tuned: list[dict] | None = None) -> None:
+                scales: list[str] | None = None, tuned: list[TuningChoice] | None = None) -> None:
     """specs/<name>.json: the spec and its planned runs. The plan of each scale run now replaces that
     scale's earlier plan; other scales' plans are kept (a cpu and a paper run of one study coexist).
     `scales` names the scales run now (default: those of `runs`; a scale whose rows all wait for
@@ -97,10 +98,11 @@ def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: s
         old = store.load_spec_record(spec.name)
         kept = [r for r in old.get("runs", []) if r["scale"] not in scales]
         kept_tuned = [c for c in old.get("tuned") or [] if isinstance(c, dict) and c.get("scale") not in scales]
+        # (the other scales' choices are kept as recorded: this sweep did not read their runs)
     record = {"spec": spec.to_dict(), "source": source,
               "runs": kept + [dict(r.membership(), id=r.id, label=r.label) for r in runs]}
     if tuned or kept_tuned:
-        record["tuned"] = kept_tuned + list(tuned or [])
+        record["tuned"] = kept_tuned + [c.to_dict() for c in tuned or []]
     store.save_spec(spec.name, record)
 
 
@@ -236,7 +238,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
     truns = tuning_runs(spec, scales)
     result = SweepResult(planned=0)
     phase = dict(store=store, executor=executor, log=log, stream=stream, stack=stack, stack_size=stack_size)
-    choices: list[dict] = []
+    choices: list[TuningChoice] = []
     if truns:
         # the tuning plan grows while rows whose best is an end of their values try one more
         # (tune.extend): train what it holds until it stops growing
@@ -249,7 +251,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
                 break
             if known:
                 for c in choices:
-                    if c["value"] is None and any(c["extended"].values()):
+                    if c.value is None and any(c.extended.values()):
                         log(extension_line(spec.name, c, spec.tune.extend))
             result.merge(_train_phase(tuning_spec(spec), truns, jobs, source=source, only=new, **phase))
             known |= new
@@ -260,7 +262,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
     jobs = jobs or default_jobs(runs)
     result.merge(_train_phase(spec, runs, jobs, source=source, record_scales=chosen_scales(spec, scales),
                               tuned=choices, **phase))
-    waiting = sum(c["value"] is None for c in choices)
+    waiting = sum(c.value is None for c in choices)
     if waiting:
         log(f"sweep {spec.name}: {waiting} rows wait for their tuning runs to finish; rerun the sweep to "
             "train their comparison runs")
@@ -270,7 +272,7 @@ def run_sweep(spec: SweepSpec, store: Store, jobs: int | None = None, scales: li
 
 def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Store, executor: str, log,
                  stream, stack: str, stack_size: int, source: str, record_scales: list[str] | None = None,
-                 tuned: list[dict] | None = None, only: set[str] | None = None) -> SweepResult:
+                 tuned: list[TuningChoice] | None = None, only: set[str] | None = None) -> SweepResult:
     """Record `spec` with its planned runs, then train the unfinished ones (one phase of a sweep).
     `only`: the ids of the runs to count and train now (the others are recorded only: a tuning
     round after the first records the whole plan and trains what it added)."""

@@ -22,8 +22,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..errors import ReslabError
+from ..errors import ConfigError, ReslabError
 from ..fileio import read_json, write_json
+from ..spec.record import SpecRecord, parse_record
 from ..train.run_folder import RunFolder
 
 SCHEMA = """
@@ -231,3 +232,13 @@ class Store:
             known = ", ".join(sorted(p.stem for p in self.specs_dir.glob("*.json"))) or "none"
             raise ReslabError(f"{self.root}: no sweep named {name!r} in this store (it has: {known})")
         return read_json(path, "sweep record")
+
+    def spec_record(self, name: str) -> SpecRecord:
+        """The sweep's record as typed values (reslab.spec.record); a damaged one is one line naming
+        its file and key."""
+        record = self.load_spec_record(name)
+        try:
+            return parse_record(record)
+        except ConfigError as e:
+            raise ReslabError(f"{self.specs_dir / f'{name}.json'}: {e.errors[0]}; the sweep record is damaged "
+                              "(rerun the sweep to rewrite it)") from None
