@@ -345,6 +345,10 @@ def test_power_law_degenerate_cases_give_no_fit():
     # flat losses: no fall with N, A runs to 0
     flat = fit_power_law({n: [2.0, 2.0, 2.0] for n in POWER_N})
     assert flat["fit"] is False and flat["reason"].startswith("no fit: A at its bound 0")
+    # losses that fall towards a floor below 0 (L = 40 N^-0.3 - 0.02): E runs to its bound 0
+    rng = np.random.default_rng(0)
+    floor = fit_power_law({n: list(A0 * n**-ALPHA0 - 0.02 + rng.normal(0.0, NOISE, 3)) for n in POWER_N})
+    assert floor["fit"] is False and floor["reason"].startswith("no fit: E at its bound 0")
     p = power_law_prediction(flat, 1e5)
     assert p["prediction"] is None and p["low"] is None and p["reason"] == flat["reason"]
     inf_cov = np.full((3, 3), np.inf)
