@@ -102,9 +102,14 @@ def _rungs(points: Mapping[float, Sequence[float]], what: str) -> list[tuple[flo
             raise ValueError(f"{what}: rung size {key!r} is not a number") from None
         if not math.isfinite(n) or n <= 0.0:
             raise ValueError(f"{what}: rung size N = {key!r} must be a finite number > 0")
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise ValueError(f"{what}: rung N = {key!r} has {values!r}, not a sequence of values")
-        xs = [float(v) for v in values]
+        try:
+            if isinstance(values, (str, bytes, Mapping)):
+                raise TypeError
+            xs = [float(v) for v in values]  # any iterable of numbers (a list, a numpy array)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{what}: rung N = {key!r} has {values!r}, not a sequence of numbers"
+            ) from None
         if not xs:
             raise ValueError(f"{what}: rung N = {key!r} has no values (an empty rung)")
         bad = [v for v in xs if not math.isfinite(v)]
