@@ -37,6 +37,7 @@ import math
 from pathlib import Path
 
 from ..errors import ReslabError
+from ..spec.ladder import effective_grid
 from ..spec.rows import row_name
 from ..spec.schema import SweepSpec, TuneOptions
 from ..spec.tune import TuningChoice, grid_edge, pick, row_seeds, row_values, tune_name  # grid_edge: also study_docs'
@@ -76,7 +77,7 @@ def _sensitivity_options(spec: SweepSpec, scale: str) -> dict | None:
     for a learning-rate grid."""
     opts = spec.report.sensitivity
     axis = (opts.axis if opts else None) or LR_AXIS
-    values = spec.scale_grid.get(scale, spec.grid).get(axis)
+    values = effective_grid(spec, scale).get(axis)
     if not isinstance(values, list) or len(values) < 2:
         return None
     return {"axis": axis, "cap": opts.cap if opts else None, "cap_reason": (opts.cap_reason if opts else ""),

@@ -8,6 +8,7 @@ from ..errors import ReslabError
 from .claims import check_claims
 from .expand import MAX_RUNS, planned_count
 from .grid import check_axis_values, check_grid, check_overrides, check_preset, grids
+from .ladder import check_ladder
 from .more_seeds import check_more_seeds
 from .schema import NAME_RE, SweepSpec, check_seed_list
 from .tune_check import check_tune
@@ -64,6 +65,7 @@ def check_spec(spec: SweepSpec, errors: list[str]) -> None:
     _check_numbers(spec, errors)
     check_tune(spec, errors)
     check_more_seeds(spec, errors)
+    check_ladder(spec, errors)
     check_claims(spec, errors)
     check_overrides(spec.base, "base", errors)
     check_overrides(spec.overrides, "overrides", errors)

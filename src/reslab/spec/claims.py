@@ -9,7 +9,7 @@ Format. Every claim is one [[claims]] table with
     id         letters, digits, '_', '.', '+', '-'; unique in the spec
     statement  the claim as a sentence a human reads
     source     where it comes from (paper or seed document, and its number)
-    kind       "difference" | "level" | "spread" | "fails" | "trains"
+    kind       "difference" | "level" | "spread" | "fails" | "trains" | "trend"
     metric     optional: "best_val_loss" (default) or "final_val_loss"
     scales     optional: the scales it applies to (default: every scale)
 
@@ -73,6 +73,21 @@ compare different points).
     a = { variant = "post-ln", n_layer = 24 }
     scales = ["paper"]
 
+    # trend (a spec with [ladder]): the slope of a - b per doubling of the rungs' parameters
+    # <op> threshold, from every rung's per-seed differences; op "within": |slope| < threshold.
+    # published (optional): the sign of a - b the paper reports, so the report can say whether
+    # the published effect grows or shrinks with size
+    [[claims]]
+    id = "resi-dual-gain-grows"
+    statement = "ResiDual's gain over Pre-LN grows with width"
+    source = "seed 003"
+    kind = "trend"
+    a = "resi-dual"
+    b = "pre-ln"
+    op = "<"
+    threshold = 0.0
+    published = "<"
+
 parse_claim reads one table into a Claim (the spec check and the report's evaluation read them
 the same way); check_claims checks every claim against the spec's variants, grids and scales.
 """
@@ -85,12 +100,14 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .rows import cell_text, claim_grid, complete_cells, flatten, is_number, resolve_cell_axes, same_value
+from .ladder import RUNG_AXIS
 from .schema import NAME_RE
 
 __all__ = ["KINDS", "Cell", "Claim", "check_claims", "parse_claim"]
 
-KINDS = ("difference", "level", "spread", "fails", "trains")
+KINDS = ("difference", "level", "spread", "fails", "trains", "trend")
 OPS = ("<", ">")
+TREND_OPS = ("<", ">", "within")
 METRICS = ("best_val_loss", "final_val_loss")
 REFERENCES = ("unigram", "bigram")
 
@@ -101,7 +118,9 @@ KIND_KEYS = {  # kind -> keys it requires (beyond id, statement, source, kind)
     "spread": ("cells", "op", "threshold"),
     "fails": ("a",),
     "trains": ("a",),
+    "trend": ("a", "b", "op", "threshold"),
 }
+OPTIONAL_KEYS = {"trend": ("published",)}
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,7 @@ class Claim:
     reference: Union[str, int, float, None]
     cells: tuple[Optional[Cell], ...]
     valid: bool
+    published: Optional[str] = None  # trend: the sign of a - b the paper reports ("<" or ">")
 
     def header(self) -> dict:
         """What every verdict of this claim repeats."""
@@ -187,7 +207,7 @@ def parse_claim(claim, where: str, errors: list[str]) -> Claim | None:
     if kind not in KINDS:
         return None
     needed = KIND_KEYS[kind]
-    allowed = COMMON + needed
+    allowed = COMMON + needed + OPTIONAL_KEYS.get(kind, ())
     for key in claim:
         if key not in allowed:
             errors.append(f"{where}.{key}: unknown key for kind {kind!r}; allowed keys are "
@@ -196,15 +216,23 @@ def parse_claim(claim, where: str, errors: list[str]) -> Claim | None:
         if key not in claim:
             errors.append(f"{where}.{key}: required for kind {kind!r}")
     op = claim.get("op")
-    if "op" in needed and op is not None and op not in OPS:
+    if kind == "trend" and op is not None and op not in TREND_OPS:
+        errors.append(f"{where}.op: expected \"<\", \">\" or \"within\" (|slope| < threshold), got {op!r}")
+    elif kind != "trend" and "op" in needed and op is not None and op not in OPS:
         errors.append(f"{where}.op: expected \"<\" or \">\", got {op!r} (with a continuous loss, "
                       "<= and >= test the same thing)")
+    published = claim.get("published")
+    if kind == "trend" and published is not None and published not in OPS:
+        errors.append(f"{where}.published: expected \"<\" or \">\" (the sign of a - b the paper reports), "
+                      f"got {published!r}")
     threshold = claim.get("threshold")
     if "threshold" in needed and threshold is not None and (
             not is_number(threshold) or not math.isfinite(threshold)):
         errors.append(f"{where}.threshold: expected a finite number (nats), got {threshold!r}")
     if kind == "spread" and threshold is not None and is_number(threshold) and threshold < 0:
         errors.append(f"{where}.threshold: a spread is >= 0; got {threshold}")
+    if kind == "trend" and op == "within" and is_number(threshold) and threshold <= 0:
+        errors.append(f"{where}.threshold: \"within\" needs a positive bound (nats per doubling), got {threshold}")
     reference = claim.get("reference")
     if kind == "level" and reference is not None and not (
             reference in REFERENCES or (is_number(reference) and math.isfinite(reference))):
@@ -218,13 +246,14 @@ def parse_claim(claim, where: str, errors: list[str]) -> Claim | None:
         elif raw is not None:
             cells = [_parse_cell(c, f"{where}.cells[{i}]", errors) for i, c in enumerate(raw)]
     else:
-        names = ("a", "b") if kind == "difference" else ("a",)
+        names = ("a", "b") if kind in ("difference", "trend") else ("a",)
         cells = [_parse_cell(claim[k], f"{where}.{k}", errors) for k in names if k in claim]
     # a claim with problems still goes back, marked invalid, so that the spec check can also look
     # at its cells and scales and report every problem at once; only a valid one is evaluated
     return Claim(id=cid, statement=claim.get("statement"), source=claim.get("source"), kind=kind,
                  metric=metric, scales=scales, op=op, threshold=threshold, reference=reference,
-                 cells=tuple(cells), valid=len(errors) == n_before)
+                 cells=tuple(cells), valid=len(errors) == n_before,
+                 published=published if kind == "trend" else None)
 
 
 
@@ -253,6 +282,17 @@ def check_claims(spec, errors: list[str]) -> None:
                 errors.append(f"{where}.scales: this spec declares no scales; remove it")
                 break
         grid = claim_grid(spec, parsed.scales)
+        if parsed.kind == "trend":
+            if getattr(spec, "ladder", None) is None:
+                errors.append(f"{where}.kind: a trend claim needs a [ladder] (its rungs are the sizes it spans)")
+                continue
+            for path in ("a", "b"):
+                cell = claim.get(path)
+                if isinstance(cell, dict) and RUNG_AXIS in cell:
+                    errors.append(f"{where}.{path}.{RUNG_AXIS}: a trend spans every rung; name no rung")
+                    parsed = None
+            if parsed is None:
+                continue
         if parsed.kind == "spread":
             paths = [f"cells[{j}]" for j in range(len(parsed.cells))]
         else:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ReslabError
-from ..train.config import RunConfig, build_run_config, canonical, preset_path
+from ..train.config import RunConfig, build_run_config, canonical
 from ..typed import deep_merge
-from .grid import grid_points, grids, nested, runner_fixed
+from .grid import grid_points, grids, nested, runner_fixed, scale_base
+from .ladder import RUNG_AXIS, budget, effective_grid, rung_tokens
 from .more_seeds import all_extra_seeds, extra_seeds
 from .schema import SweepSpec
 from .tune import all_tuning_seeds
@@ -64,7 +64,8 @@ def planned_count(spec: SweepSpec) -> int:
     points = max(math.prod(len(v) if isinstance(v, (list, dict)) else 1 for v in grid.values())
                  for _, grid in grids(spec))
     seeds = len(spec.seeds) + len(all_extra_seeds(spec))  # at most: as if every row took every extra seed
-    return seeds * max(len(spec.scales), 1) * len(spec.variants) * points
+    rungs = len(spec.ladder.rungs) if spec.ladder and isinstance(spec.ladder.rungs, dict) else 1
+    return seeds * max(len(spec.scales), 1) * len(spec.variants) * points * rungs
 
 
 
@@ -122,14 +123,15 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
     themselves are planned by tune_plan.py."""
     tuned = tuned or {}
     runs, errors, seen = [], [], {}  # seen: field path -> index of its line in errors
+    at_scale = {s: (scale_base(spec, s), rung_tokens(spec, s) if spec.ladder else {})
+                for s in chosen_scales(spec, scales)}
     for seed in [*spec.seeds, *all_extra_seeds(spec)]:  # disjoint: check_more_seeds
         for scale in chosen_scales(spec, scales):
-            preset_name = spec.scale_presets.get(scale, spec.preset)
-            preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}
+            start, tokens = at_scale[scale]
             for variant, overrides in spec.variants.items():
                 if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
                     continue
-                grid = spec.scale_grid.get(scale, spec.grid)
+                grid = effective_grid(spec, scale)
                 for point, point_overrides in grid_points(grid) if grid else [({}, {})]:
                     if seed not in spec.seeds and seed not in extra_seeds(spec, scale, variant, point):
                         continue  # a [[more_seeds]] seed: only on the rows its entries select
@@ -138,8 +140,14 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                         if key not in tuned:
                             continue  # planned after tuning
                         point_overrides = deep_merge(point_overrides, nested(spec.tune.axis, tuned[key]))
-                    data = deep_merge(deep_merge(preset, spec.base), spec.scales.get(scale, {}))
-                    data = deep_merge(deep_merge(data, overrides), point_overrides)
+                    data = deep_merge(deep_merge(start, overrides), point_overrides)
+                    if RUNG_AXIS in point and spec.ladder:  # the rung's token budget, on this run's batch
+                        try:
+                            cfg = build_run_config(data, where="")
+                        except ConfigError:
+                            pass  # its own problems are reported below, with the run's name
+                        else:
+                            data = deep_merge(data, budget(spec, scale, point[RUNG_AXIS], cfg, tokens[point[RUNG_AXIS]]))
                     data = deep_merge(data, spec.overrides)
                     data = deep_merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]

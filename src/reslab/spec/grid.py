@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import tomllib
 from pathlib import Path
 
 from ..errors import ConfigError, ReslabError
@@ -64,6 +65,14 @@ def check_preset(name: str) -> Path:
     if name not in preset_names():
         raise ReslabError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
     return preset_path(name)
+
+
+def scale_base(spec: SweepSpec, scale: str) -> dict:
+    """What every run of a scale starts from: its preset (the scale's own or the spec's), then the
+    spec's base, then the scale's overrides."""
+    preset_name = spec.scale_presets.get(scale, spec.preset)
+    preset = tomllib.loads(preset_path(preset_name).read_text()) if preset_name else {}
+    return deep_merge(deep_merge(preset, spec.base), spec.scales.get(scale, {}))
 
 
 def grids(spec: SweepSpec) -> list[tuple[str, dict]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from .grid import grid_points
+from .ladder import effective_grid
 from .rows import check_row_match, claim_grid
 from .rows import selects as cell_selects
 from .schema import MoreSeeds, check_seed_list
@@ -95,7 +96,7 @@ def _rows(spec, scales: Optional[list[str]]):
         for variant in spec.variants:
             if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
                 continue
-            grid = spec.scale_grid.get(scale, spec.grid)
+            grid = effective_grid(spec, scale)
             for point, _ in grid_points(grid) if grid else [({}, {})]:
                 yield scale, variant, point
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from .ladder import effective_grid
+
 
 def flatten(table: dict, prefix: str = "") -> dict:
     """{"model": {"n_layer": 16}} -> {"model.n_layer": 16}: TOML writes `model.n_layer = 16` in an
@@ -92,7 +94,10 @@ def claim_grid(spec, scales: list | None) -> dict:
     chosen = [s for s in (scales or list(spec.scales or {})) if s in (spec.scales or {})] or [None]
     out: dict = {}
     for s in chosen:
-        for axis, points in (scale_grid.get(s, base) if s is not None else base).items():
+        grid = scale_grid.get(s, base) if s is not None else base
+        if getattr(spec, "ladder", None) is not None:  # the rung axis (ladder.py), at this scale's rungs
+            grid = effective_grid(spec, s or "")
+        for axis, points in grid.items():
             if isinstance(points, dict):
                 merged = out.setdefault(axis, {})
                 if isinstance(merged, dict):

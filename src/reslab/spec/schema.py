@@ -157,6 +157,23 @@ class MoreSeeds:
 
 
 @dataclass(frozen=True)
+class Ladder:
+    """[ladder]: the same comparison at several model sizes (rungs), to see how an effect changes as
+    the model grows (ladder.py). Each rung is a named override table (the size: width, depth, heads,
+    context as the study chooses), one more grid axis named "rung"; its token budget is
+    tokens_per_param x N at the scale's smallest rung, times (N / N_smallest)^exponent (1: tokens
+    proportional to parameters; 0: the same tokens at every rung), N the rung's non-embedding
+    weights; the ladder sets train.steps from it."""
+    rungs: dict[str, dict]                 # rung name -> overrides, smallest first
+    tokens_per_param: float
+    exponent: float = 1.0
+    scale_rungs: dict[str, list[str]] = field(default_factory=dict)  # scale -> the rungs it runs (default: all)
+    scale_tokens_per_param: dict[str, float] = field(default_factory=dict)  # scale -> its own tokens_per_param
+    evals: Optional[int] = None            # evaluations per run: eval_interval = ceil(steps / evals)
+    over: str = ""                         # what grows between rungs, in words (plans, figures)
+
+
+@dataclass(frozen=True)
 class SweepSpec(Typed):
     name: str
     seeds: list[int]
@@ -179,6 +196,7 @@ class SweepSpec(Typed):
     # [[claims]]: published claims the report rules on, as written (claims.py reads each into a Claim)
     claims: list[dict] = field(default_factory=list)
     more_seeds: list[MoreSeeds] = field(default_factory=list)  # [[more_seeds]]: some rows' extra seeds (more_seeds.py)
+    ladder: Optional[Ladder] = None  # [ladder]: the comparison at several model sizes (ladder.py)
     overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
 
