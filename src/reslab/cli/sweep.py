@@ -69,6 +69,7 @@ def cmd_sweep_plan(args) -> None:
     store = Store(readable_store(args))
     if not spec.tune:
         rows = plan_status(store, expand(spec, args.scale))
+        _print_ladder(spec, args, [r for r, _, _ in rows])
         if args.json:
             print(json.dumps([dict(r.membership(), id=r.id, label=r.label, status=s, path=str(f))
                               for r, f, s in rows], indent=2))
@@ -81,6 +82,7 @@ def cmd_sweep_plan(args) -> None:
     # only once its tuning runs have finished, before that they are counted
     check_override_conflict(spec, args.scale)
     p = plan(spec, store, args.scale)
+    _print_ladder(spec, args, p.tuning + p.comparison, [c for c in p.choices if c.value is None])
     tuning, comparison = plan_status(store, p.tuning), plan_status(store, p.comparison)
     t = spec.tune
     if args.json:
@@ -122,6 +124,26 @@ def cmd_sweep_plan(args) -> None:
               f"({rows} rows x {seeds}), each row at its chosen {t.axis}")
     print(f"{len(tuning) + len(comparison) + later} runs: {len(tuning)} tuning, "
           f"{len(comparison) + later} comparison ({later} planned after tuning)", file=sys.stderr)
+
+
+def _print_ladder(spec, args, runs: list, waiting: list | None = None) -> None:
+    """The ladder's rungs, sizes, tokens and compute, on stderr (stdout keeps the run list).
+    waiting: the tuning rows without a value yet, whose comparison runs are counted too."""
+    from ..spec.expand import chosen_scales
+    from ..spec.ladder import RUNG_AXIS, ladder_lines
+    from ..spec.more_seeds import comparison_seeds
+
+    if spec.ladder is None or args.json:
+        return
+    per_rung: dict = {}
+    for run in runs:
+        key = (run.scale, run.grid.get(RUNG_AXIS))
+        per_rung[key] = per_rung.get(key, 0) + 1
+    for c in waiting or []:
+        key = (c.scale, c.grid.get(RUNG_AXIS))
+        per_rung[key] = per_rung.get(key, 0) + len(comparison_seeds(spec, c.scale, c.variant, c.grid))
+    for line in ladder_lines(spec, chosen_scales(spec, args.scale), per_rung):
+        print(line, file=sys.stderr)
 
 
 def add_stack_options(p) -> None:

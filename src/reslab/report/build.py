@@ -46,7 +46,8 @@ from ..spec.rows import row_name
 from ..spec.schema import NOT_A_RESULT, is_result_scale
 from ..spec.tune import TuningChoice
 from ..sweep.store import Store
-from . import claims, plots, stats, tuning
+from ..spec.ladder import rung_sizes, rungs_at
+from . import claims, ladder, plots, stats, tuning
 
 FIGURES = (("val_loss.png", "Validation loss", plots.plot_val_loss),
            ("train_loss_spikes.png", "Training loss and spike events", plots.plot_train_loss_spikes),
@@ -208,6 +209,11 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     if lr:
         figures += list(lr.get("figures") or [])
     unheld = tuning.check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
+    rungs = {"sizes": rung_sizes(spec, scale), "exponent": spec.ladder.exponent} if rungs_at(spec, scale) else None
+    verdicts = claims.evaluate_claims(spec.claims, cells, reference, scale, unheld, rungs) if is_result else []
+    ladder_part = ladder.ladder_section(spec, scale, cells, verdicts)
+    if ladder_part:
+        figures += _ladder_figures(ladder_part, plots.variant_colors(list(spec.variants)), out)
     title = f"{spec_name}" + (f" ({scale} scale)" if scale else "")
     report = {
         "title": title if is_result else f"{title} — {NOT_A_RESULT}",
@@ -224,11 +230,30 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "unigram_entropy": unigram,  # the unigram level, under the name older callers read
         "table": table,
         "lr": lr,
-        "claims": claims.evaluate_claims(spec.claims, cells, reference, scale, unheld) if is_result else [],
+        "claims": verdicts,
+        "ladder": ladder_part,
         "published": [dataclasses.asdict(p) for p in opts.published],
         "runs": run_list, "missing": missing, "notes": notes, "figures": figures,
     }
     return report, out
+
+
+def _ladder_figures(section: dict, colors: dict, out: Path) -> list[dict]:
+    """The ladder's two figures (loss against N, each trend's effect against N), drawn into out;
+    colours by design (variant), as the ladder's rows span every rung."""
+    from .ladder_plots import plot_ladder_effect, plot_ladder_loss
+
+    made = []
+    for file, title, draw in ((ladder.LOSS_FIGURE, "Scale ladder: loss against non-embedding parameters",
+                               plot_ladder_loss),
+                              (ladder.EFFECT_FIGURE, "Scale ladder: each trend's effect against parameters",
+                               plot_ladder_effect)):
+        if draw(section, colors, out / file):
+            made.append({"title": title, "file": file})
+        else:
+            (out / file).unlink(missing_ok=True)  # a stale figure from an earlier report
+    section["figures"] = [m["file"] for m in made]
+    return made
 
 
 def _reference_for(by_row: dict[str, list[dict]]) -> tuple[dict | None, dict, str | None, dict]:

@@ -46,8 +46,10 @@ import math
 import scipy.stats
 
 from ..spec.claims import Cell, Claim, parse_claim
+from ..spec.ladder import RUNG_AXIS
 from ..spec.rows import cell_text, complete_cells, is_number, resolve_key, same_value
 from . import stats
+from .ladder import decide_trend, trend_fields
 
 __all__ = ["RULES_TEXT", "claim_blocks", "evaluate_claims"]
 
@@ -309,6 +311,32 @@ def _spread(claim: Claim, cells: list[tuple[str, dict]], rows: list) -> dict:
     return base
 
 
+def _trend(claim: Claim, expr: str, ua: dict, ub: dict, rows: list, ladder: dict | None) -> dict:
+    """A trend claim: each rung's per-seed differences (paired over the units both cells completed
+    there), then report/ladder.py's slope and tests."""
+    if not ladder or not ladder.get("sizes"):
+        return _result(claim.header(), verdict=NOT_TESTED, rows=rows,
+                       reason="no ladder at this scale: a trend needs the rungs' sizes")
+    sizes = ladder["sizes"]
+    sides: dict = {}  # rung -> (a's units, b's units), a unit = (the other free axes, seed)
+    for i, units in enumerate((ua, ub)):
+        for (free, seed), run in units.items():
+            rung = dict(free).get(RUNG_AXIS)
+            rest = tuple(kv for kv in free if kv[0] != RUNG_AXIS)
+            sides.setdefault(rung, ({}, {}))[i][(rest, seed)] = run
+    effects, diverged, missing = {}, 0, 0
+    for rung in sizes:
+        a, b = sides.get(rung, ({}, {}))
+        common = set(a) & set(b)
+        missing += len(set(a) ^ set(b))
+        p = _pair({u: a[u] for u in common}, {u: b[u] for u in common}, claim.metric)
+        effects[rung] = p["d"]
+        diverged, missing = diverged + p["diverged"], missing + p["missing"]
+    dropped = _dropped({"diverged": diverged, "missing": missing}, "pair")
+    return _result(claim.header(), rows=rows,
+                   **trend_fields(claim, expr, effects, sizes, ladder.get("exponent", 0.0), dropped))
+
+
 def _fails(claim: Claim, name: str, units: dict, reference: dict | None, rows: list) -> dict:
     kind, metric = claim.kind, claim.metric
     bigram = (reference or {}).get("bigram")
@@ -351,7 +379,7 @@ def _fails(claim: Claim, name: str, units: dict, reference: dict | None, rows: l
 
 
 def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | None, scale: str,
-                    unheld: dict[str, str] | None = None) -> list[dict]:
+                    unheld: dict[str, str] | None = None, ladder: dict | None = None) -> list[dict]:
     """A verdict for each claim that applies at `scale`, in the claims' order.
 
     cells: one per report row, {"variant", "grid" {axis: value or point name}, "row", "runs"
@@ -363,7 +391,8 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     Holm's correction runs over every returned claim that has a p. A claim that is malformed is
     returned as inconclusive with the problem as its reason, never raised. unheld: {row name: why}
     for rows whose tuned value did not hold (report/tuning.py check_held); a claim on one of them
-    is inconclusive, with the test's own verdict kept in its reason.
+    is inconclusive, with the test's own verdict kept in its reason. ladder: {"sizes": {rung: N},
+    "exponent"} at this scale, for trend claims (report/ladder.py); None without a ladder.
     """
     rows = list(cells or [])
     out: list[dict] = []
@@ -382,11 +411,11 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
             continue
         if claim.scales is not None and scale not in claim.scales:
             continue
-        out.append(_evaluate_one(claim, rows, reference))
+        out.append(_evaluate_one(claim, rows, reference, ladder))
     tested = {str(k): r["p"] for k, r in enumerate(out) if r.get("p") is not None}
     for k, ph in stats.holm(tested).items():
         out[int(k)]["p_holm"] = ph
-        _decide_t(out[int(k)])
+        (decide_trend if "_pending_trend" in out[int(k)] else _decide_t)(out[int(k)])
     for r in out:
         _unsettle(r, unheld or {})
     return out
@@ -403,7 +432,7 @@ def _unsettle(r: dict, unheld: dict[str, str]) -> None:
                    f"{test_says}: {r.get('reason')})")
 
 
-def _evaluate_one(claim: Claim, rows: list[dict], reference: dict | None) -> dict:
+def _evaluate_one(claim: Claim, rows: list[dict], reference: dict | None, ladder: dict | None = None) -> dict:
     selected, problems = [], []
     for cell in claim.cells:
         named, problem = _select(cell, rows)
@@ -426,6 +455,8 @@ def _evaluate_one(claim: Claim, rows: list[dict], reference: dict | None) -> dic
         return _result(claim.header(), verdict=NOT_TESTED, rows=row_names,
                        reason=f"no run of {', '.join(empty)} at this scale")
     kind, metric = claim.kind, claim.metric
+    if kind == "trend":
+        return _trend(claim, f"{texts[0]} - {texts[1]}", units[0], units[1], row_names, ladder)
     if kind == "difference":
         p = _pair(units[0], units[1], metric)
         if p["paired"]:

@@ -27,7 +27,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ..fileio import write_json, write_text
-from . import claims, tuning
+from . import claims, ladder, tuning
 from .stats import is_result
 
 DASH = "—"
@@ -224,6 +224,7 @@ def _blocks(report: dict) -> list[tuple]:
         b.append(("p", "No test, p-value or Hedges' g is given (the columns show —): at the smoke scale "
                        "nothing is a result."))
     b += claims.claim_blocks(report)
+    b += ladder.ladder_blocks(report)
     seeds = _seed_table(report)
     if seeds:
         b += [("h2", "Best val loss per seed"), seeds]

@@ -132,11 +132,12 @@ def check_ladder(spec: SweepSpec, errors: list[str]) -> None:
         if isinstance(table.get("train"), dict) and "steps" in table["train"]:
             errors.append(f"{where}.train.steps: the ladder sets each rung's train.steps from its token budget "
                           "(ladder.tokens_per_param, ladder.exponent); remove it")
+    known_scales = ", ".join(sorted(spec.scales)) or "none declared"
     if not 0 < ladder.tokens_per_param <= MAX_TOKENS_PER_PARAM:
         errors.append(f"ladder.tokens_per_param: must be in (0, {MAX_TOKENS_PER_PARAM:g}], got {ladder.tokens_per_param}")
     for s, k in ladder.scale_tokens_per_param.items():
-        if spec.scales and s not in spec.scales:
-            errors.append(f"ladder.scale_tokens_per_param.{s}: unknown scale; scales are {', '.join(sorted(spec.scales))}")
+        if s not in spec.scales:
+            errors.append(f"ladder.scale_tokens_per_param.{s}: unknown scale; scales are {known_scales}")
         if not 0 < k <= MAX_TOKENS_PER_PARAM:
             errors.append(f"ladder.scale_tokens_per_param.{s}: must be in (0, {MAX_TOKENS_PER_PARAM:g}], got {k}")
     if not 0 <= ladder.exponent <= 2:
@@ -145,8 +146,8 @@ def check_ladder(spec: SweepSpec, errors: list[str]) -> None:
     if ladder.evals is not None and ladder.evals < 1:
         errors.append(f"ladder.evals: must be at least 1, got {ladder.evals}")
     for s, names in ladder.scale_rungs.items():
-        if spec.scales and s not in spec.scales:
-            errors.append(f"ladder.scale_rungs.{s}: unknown scale; scales are {', '.join(sorted(spec.scales))}")
+        if s not in spec.scales:
+            errors.append(f"ladder.scale_rungs.{s}: unknown scale; scales are {known_scales}")
         unknown = [n for n in names if n not in ladder.rungs]
         if unknown:
             errors.append(f"ladder.scale_rungs.{s}: unknown rung {unknown[0]!r}; rungs are {', '.join(ladder.rungs)}")
@@ -165,3 +166,44 @@ def check_ladder(spec: SweepSpec, errors: list[str]) -> None:
             listed = ", ".join(f"{r} {n:,}" for r, n in sizes.items())
             errors.append(f"ladder.rungs: at scale {scale or '(none)'} each rung must be larger than the one before "
                           f"(non-embedding weights: {listed}); list them smallest first")
+
+
+def _short(n: float) -> str:
+    for div, unit in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:g}"
+
+
+def ladder_lines(spec: SweepSpec, scales: list[str], runs_per_rung: dict[tuple[str, str], int]) -> list[str]:
+    """What `sweep plan` says of the ladder at each scale: every rung's N, tokens and updates, the
+    runs it holds and their compute (6 N T per run, the forward and backward weight FLOPs of
+    Kaplan et al.), each rung's share, and the study's measured or estimated cost where it has one.
+    runs_per_rung: (scale, rung) -> planned runs there (tuning and comparison, known now)."""
+    ladder = spec.ladder
+    rule = ("the same tokens at every rung" if ladder.exponent == 0 else "tokens proportional to N"
+            if ladder.exponent == 1 else f"tokens proportional to N^{ladder.exponent:g}")
+    lines = []
+    for scale in scales:
+        sizes = rung_sizes(spec, scale)
+        if not sizes:
+            continue
+        tokens = rung_tokens(spec, scale, sizes)
+        k = ladder.scale_tokens_per_param.get(scale, ladder.tokens_per_param)
+        at = f" at scale {scale}" if scale else ""
+        lines.append(f"ladder{at}: {ladder.over or 'rungs'}; N = non-embedding weights; {k:g} tokens per weight "
+                     f"at the smallest rung, {rule}")
+        flops = {r: 6 * n * tokens[r] * runs_per_rung.get((scale, r), 0) for r, n in sizes.items()}
+        total = sum(flops.values()) or 1.0
+        for r, n in sizes.items():
+            cfg = rung_config(spec, scale, r)
+            updates = max(1, round(tokens[r] / tokens_per_update(cfg)))
+            lines.append(f"  rung {r:<8} N = {n:>13,}  tokens {_short(tokens[r]):>7}  {updates:>7,} updates  "
+                         f"{runs_per_rung.get((scale, r), 0):>3} runs  {_short(flops[r])} FLOPs "
+                         f"({100 * flops[r] / total:.0f}% of the ladder's compute)")
+        est = spec.study.estimates.get(scale) if spec.study else None
+        if est is not None:
+            cost = (f"~{est.cpu_minutes:g} CPU min" if est.cpu_minutes is not None else
+                    f"~{est.gpu_hours:g} GPU h" if est.gpu_hours is not None else "no figure")
+            lines.append(f"  estimate{at}: {cost} for {est.runs} runs ({est.basis})")
+    return lines

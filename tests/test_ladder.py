@@ -1,0 +1,190 @@
+"""[ladder]: rungs as a grid axis, their sizes and token budgets, shared identities, the checks,
+and trend claims' verdicts (the statistics themselves: tests/test_trend_stats.py)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import scipy.stats
+
+from reslab.errors import ConfigError
+from reslab.model.gpt import GPT
+from reslab.report.claims import evaluate_claims
+from reslab.spec.expand import expand
+from reslab.spec.ladder import non_embedding_params, rung_sizes, rung_tokens
+from reslab.spec.load import parse_spec
+from reslab.train.config import build_run_config
+from tests.sweep_helpers import spec_dict
+
+RUNGS = {"w8": {"model": {"n_embd": 8, "n_head": 2}}, "w16": {"model": {"n_embd": 16, "n_head": 2}},
+         "w32": {"model": {"n_embd": 32, "n_head": 2}}}
+
+
+def ladder_spec(tmp, exponent=0.0, k=2.0, evals=None, **extra) -> dict:
+    data = spec_dict(tmp, seeds=(1, 2, 3))
+    data["base"]["train"].pop("steps")
+    data["ladder"] = {"over": "width", "tokens_per_param": k, "exponent": exponent, "rungs": copy.deepcopy(RUNGS),
+                      **extra}
+    if evals:
+        data["ladder"]["evals"] = evals
+    return data
+
+
+@pytest.mark.parametrize("design,mlp", [("pre-ln", "gelu"), ("resi-dual", "gelu"), ("pre-ln", "swiglu")])
+def test_the_size_is_the_blocks_attention_and_mlp_weight_matrices(design, mlp):
+    """N = n_layer x (4 d^2 + 2 d h) (3 d h gated) equals the count of the model's 2-D weights
+    outside the embeddings, taken from a built model."""
+    cfg = build_run_config({"model": {"design": design, "mlp": mlp, "n_layer": 3, "n_embd": 48, "n_head": 4,
+                                      "block_size": 16, "vocab_size": 65}})
+    counted = sum(p.numel() for n, p in GPT(cfg.model).named_parameters()
+                  if p.ndim == 2 and n.startswith("blocks.") and (".attn." in n or ".mlp." in n))
+    assert non_embedding_params(cfg) == counted
+
+
+@pytest.mark.parametrize("exponent", [0.0, 0.5, 1.0])
+def test_each_rung_trains_its_token_budget(tmp_path, exponent):
+    spec = parse_spec(ladder_spec(tmp_path, exponent=exponent, evals=4))
+    sizes = rung_sizes(spec, "")
+    assert list(sizes) == ["w8", "w16", "w32"]
+    n0 = sizes["w8"]
+    runs = expand(spec)
+    assert len(runs) == 2 * 3 * 3  # variants x rungs x seeds
+    for run in runs:
+        n = sizes[run.grid["rung"]]
+        tokens = 2.0 * n0 * (n / n0) ** exponent
+        per_update = run.config.train.batch_size * run.config.model.block_size * run.config.train.grad_accum
+        assert run.config.train.steps == max(1, round(tokens / per_update))
+        assert run.config.train.eval_interval == math.ceil(run.config.train.steps / 4)
+        assert run.config.model.n_embd == RUNGS[run.grid["rung"]]["model"]["n_embd"]
+    assert rung_tokens(spec, "") == pytest.approx({r: 2.0 * n0 * (n / n0) ** exponent for r, n in sizes.items()})
+    assert {r.label.split("-s")[0] for r in runs} >= {"full-rung=w8", "none-rung=w32"}
+
+
+def test_a_rung_shares_its_identity_with_the_same_run_of_a_plain_spec(tmp_path):
+    """A run is its config: a study that trained width 16 for the rung's steps has the same run."""
+    spec = parse_spec(ladder_spec(tmp_path))
+    rung = next(r for r in expand(spec) if r.grid["rung"] == "w16" and r.variant == "full" and r.seed == 2)
+    plain = spec_dict(tmp_path, seeds=(2,), steps=rung.config.train.steps)
+    plain["base"]["model"].update(n_embd=16, n_head=2)
+    other = next(r for r in expand(parse_spec(plain)) if r.variant == "full")
+    assert other.id == rung.id
+    # and a --set of train.steps wins over the budget (a quick look), changing the identity
+    quick = expand(parse_spec(dict(ladder_spec(tmp_path), overrides={"train": {"steps": 3}})))
+    assert {r.config.train.steps for r in quick} == {3}
+
+
+BAD = [
+    (lambda d: d["ladder"].update(rungs={"w8": d["ladder"]["rungs"]["w8"]}), "ladder.rungs: a ladder needs at least 2 rungs, got 1"),
+    (lambda d: d["ladder"].update(rungs={"w32": d["ladder"]["rungs"]["w32"], "w8": d["ladder"]["rungs"]["w8"]}),
+     "ladder.rungs: at scale (none) each rung must be larger than the one before"),
+    (lambda d: d["ladder"]["rungs"]["w16"].update(train={"steps": 10}),
+     "ladder.rungs.w16.train.steps: the ladder sets each rung's train.steps"),
+    (lambda d: d["variants"]["none"].update(train={"steps": 10}), "variants.none.train.steps: the ladder sets"),
+    (lambda d: d.update(grid={"rung": [1, 2]}), "grid.rung: the ladder's axis is named 'rung'"),
+    (lambda d: d["ladder"].update(tokens_per_param=0), "ladder.tokens_per_param: must be in (0, 1e+06], got 0"),
+    (lambda d: d["ladder"].update(exponent=3), "ladder.exponent: must be in [0, 2]"),
+    (lambda d: d["ladder"].update(evals=0), "ladder.evals: must be at least 1, got 0"),
+    (lambda d: d["ladder"]["rungs"]["w16"].update(model={"n_embd": 16, "n_head": 3}), "n_head"),
+    (lambda d: d["ladder"].update(scale_rungs={"cpu": ["w8", "w16"]}), "ladder.scale_rungs.cpu: unknown scale"),
+    (lambda d: d["ladder"].update(colour="red"), "ladder.colour: unknown key"),
+    (lambda d: d.update(claims=[dict(TREND, a={"variant": "full", "rung": "w8"})]),
+     "claims[0].a.rung: a trend spans every rung; name no rung"),
+    (lambda d: d.update(claims=[dict(TREND, op="within", threshold=0.0)]),
+     "claims[0].threshold: \"within\" needs a positive bound"),
+    (lambda d: d.update(claims=[dict(TREND, published="=")]), "claims[0].published: expected \"<\" or \">\""),
+    (lambda d: d.update(claims=[dict(TREND, op="<=")]), "claims[0].op: expected \"<\", \">\" or \"within\""),
+]
+TREND = {"id": "t", "statement": "s", "source": "x", "kind": "trend", "a": "none", "b": "full", "op": ">",
+         "threshold": 0.0}
+
+
+@pytest.mark.parametrize("edit,expected", BAD, ids=[b[1][:40] for b in BAD])
+def test_a_bad_ladder_is_one_line_naming_its_key(tmp_path, edit, expected):
+    data = ladder_spec(tmp_path)
+    edit(data)
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data)
+    assert any(expected in line for line in e.value.errors), e.value.errors
+
+
+def test_a_trend_claim_needs_a_ladder(tmp_path):
+    data = spec_dict(tmp_path)
+    data["claims"] = [TREND]
+    with pytest.raises(ConfigError, match=r"claims\[0\]\.kind: a trend claim needs a \[ladder\]"):
+        parse_spec(data)
+
+
+# ---- trend claims on synthetic cells --------------------------------------------------------------
+SIZES = {"w8": 1_000, "w16": 4_000, "w32": 16_000}
+
+
+def _cells(effects: dict[str, list[float]], base: float = 2.0, status=None) -> list[dict]:
+    """Report cells of variants a and b over the rungs: b at `base`, a at base + the effect, per seed."""
+    cells = []
+    for variant in ("a", "b"):
+        for rung, eff in effects.items():
+            runs = []
+            for seed, e in enumerate(eff, start=1):
+                value = base + 0.01 * seed + (e if variant == "a" else 0.0)
+                runs.append({"seed": seed, "status": (status or {}).get((variant, rung, seed), "completed"),
+                             "best_val_loss": value, "final_val_loss": value, "path": None})
+            cells.append({"variant": variant, "grid": {"rung": rung}, "row": f"{variant}-rung={rung}", "runs": runs})
+    return cells
+
+
+def _claim(**kw) -> dict:
+    return dict({"id": "trend", "statement": "a's gain grows", "source": "s", "kind": "trend", "a": "a", "b": "b",
+                 "op": "<", "threshold": 0.0, "published": "<"}, **kw)
+
+
+EFFECTS = {"w8": [-0.02, -0.03, -0.025], "w16": [-0.05, -0.045, -0.06], "w32": [-0.08, -0.07, -0.09]}
+
+
+def test_a_trend_claims_slope_and_p_equal_scipys_on_the_paired_differences():
+    (r,) = evaluate_claims([_claim()], _cells(EFFECTS), None, "cpu", ladder={"sizes": SIZES, "exponent": 0.5})
+    x = [math.log2(SIZES[rung]) for rung, e in EFFECTS.items() for _ in e]
+    y = [v for e in EFFECTS.values() for v in e]
+    ref = scipy.stats.linregress(x, y)
+    assert r["estimate"] == pytest.approx(ref.slope, abs=1e-12)
+    t = ref.slope / ref.stderr
+    assert r["p_for"] == pytest.approx(float(scipy.stats.t.cdf(t, len(x) - 2)), rel=1e-9)
+    half = scipy.stats.t.ppf(0.975, len(x) - 2) * ref.stderr
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ref.slope - half, ref.slope + half), abs=1e-12)
+    assert r["verdict"] == "reproduced" and r["p_holm"] == r["p"]
+    assert r["trend"]["label"] == "the published effect grows with size"
+    assert r["trend"]["slope_per_compute_doubling"] == pytest.approx(ref.slope / 1.5)
+    assert [p["n"] for p in r["trend"]["points"]] == [3, 3, 3]
+
+
+def test_trend_claims_join_the_holm_family_and_within_is_an_equivalence():
+    flat = {r: [0.001, -0.001, 0.0005] for r in SIZES}
+    claims = [_claim(), _claim(id="flat", op="within", threshold=0.02, published=None)]
+    cells = _cells(EFFECTS) + [dict(c, variant=c["variant"] + "2", row=c["row"] + "2") for c in _cells(flat)]
+    claims[1].update(a="a2", b="b2")
+    out = evaluate_claims(claims, cells, None, "cpu", ladder={"sizes": SIZES, "exponent": 0.0})
+    p = sorted([out[0]["p"], out[1]["p"]])
+    holm = sorted([r["p_holm"] for r in out])
+    assert holm == pytest.approx([min(1.0, 2 * p[0]), min(1.0, max(2 * p[0], p[1]))])
+    assert out[1]["verdict"] == "reproduced" and out[1]["trend"]["label"] == "stays within +-0.02 per doubling"
+
+
+def test_a_trend_with_fewer_than_three_seeds_at_a_rung_has_no_verdict():
+    status = {("a", "w16", 3): "diverged"}
+    (r,) = evaluate_claims([_claim()], _cells(EFFECTS, status=status), None, "cpu",
+                           ladder={"sizes": SIZES, "exponent": 0.0})
+    assert r["verdict"] == "inconclusive" and r["p"] is None and r["p_holm"] is None
+    assert "every rung needs at least 3 seeds" in r["reason"] and "1 pair with a diverged run dropped" in r["reason"]
+    # a rung without any pair is named; with one rung left there is no slope at all
+    cells = [c for c in _cells(EFFECTS) if c["grid"]["rung"] != "w32"]
+    (r,) = evaluate_claims([_claim()], cells, None, "cpu", ladder={"sizes": SIZES, "exponent": 0.0})
+    assert "no pair at rung w32" in r["reason"] and r["estimate"] is not None
+    (r,) = evaluate_claims([_claim()], [c for c in cells if c["grid"]["rung"] == "w8"], None, "cpu",
+                           ladder={"sizes": SIZES, "exponent": 0.0})
+    assert r["reason"].startswith("pairs at 1 rung(s): a slope needs at least 2") and r["estimate"] is None
+
+
+def test_a_trend_without_a_ladder_at_this_scale_is_not_tested():
+    (r,) = evaluate_claims([_claim()], _cells(EFFECTS), None, "cpu", ladder=None)
+    assert r["verdict"] == "not tested at this scale"
