@@ -57,6 +57,7 @@ from pathlib import Path
 
 from reslab.fileio import atomic_path
 from reslab.report.claims import RULES_TEXT, claim_blocks
+from reslab.report.ladder import ladder_blocks
 from reslab.report.tuning import sensitivity_blocks
 
 BEGIN, END = "<!-- studies:begin -->", "<!-- studies:end -->"
@@ -438,6 +439,7 @@ def section(name: str, reports: list, builtin: bool, study, level: int, walls: d
         parts += [command_line(name, report, builtin, study, wall), reference_line(report), main_table(report)]
         parts += _blocks_md(sensitivity_blocks(report), min(sub, 6))   # lr-sensitivity's own result
         parts += _blocks_md(claim_blocks(report), min(sub, 6))
+        parts += _blocks_md(ladder_blocks(report), min(sub, 6))   # a ladder's sizes, fits and trends
         links = figure_links(folder, report, figures, target, copies)
         if links:
             parts.append(links)

@@ -4,19 +4,29 @@ and trend claims' verdicts (the statistics themselves: tests/test_trend_stats.py
 from __future__ import annotations
 
 import copy
+import io
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import scipy.stats
 
 from reslab.errors import ConfigError
 from reslab.model.gpt import GPT
+from reslab.report.build import build_report
 from reslab.report.claims import evaluate_claims
 from reslab.spec.expand import expand
 from reslab.spec.ladder import non_embedding_params, rung_sizes, rung_tokens
 from reslab.spec.load import parse_spec
+from reslab.sweep.runner import run_sweep
+from reslab.sweep.store import Store
 from reslab.train.config import build_run_config
-from tests.sweep_helpers import spec_dict
+from tests.kill_helpers import kill_seed, last_step, lock_is_free, status, wait_until
+from tests.sweep_helpers import curves, spec_dict, write_spec
 
 RUNGS = {"w8": {"model": {"n_embd": 8, "n_head": 2}}, "w16": {"model": {"n_embd": 16, "n_head": 2}},
          "w32": {"model": {"n_embd": 32, "n_head": 2}}}
@@ -188,3 +198,52 @@ def test_a_trend_with_fewer_than_three_seeds_at_a_rung_has_no_verdict():
 def test_a_trend_without_a_ladder_at_this_scale_is_not_tested():
     (r,) = evaluate_claims([_claim()], _cells(EFFECTS), None, "cpu", ladder=None)
     assert r["verdict"] == "not tested at this scale"
+
+
+# ---- a ladder sweep end to end -----------------------------------------------------------------
+def test_a_ladder_sweep_resumes_after_sigkill_and_its_report_rules_on_the_trend(tmp_path):
+    """A 3-rung ladder (2 designs x 3 seeds) trained once without interruption, and once with the
+    sweep SIGKILLed while a run of the largest rung is mid-training (observed in its metrics): the
+    rerun finishes every run once with the reference's curves, and the report's trend claim is
+    the least-squares slope of the per-seed differences read back from the store."""
+    data = ladder_spec(tmp_path, k=4.0, evals=4)
+    data["base"]["train"]["checkpoint_interval"] = 4
+    data["claims"] = [dict(TREND, op="within", threshold=1.0, published=None)]
+    path = write_spec(tmp_path, data)
+    spec = parse_spec(data)
+    ref = Store(tmp_path / "ref")
+    run_sweep(spec, ref, jobs=2, stream=io.StringIO(), log=lambda *_: None)
+    store_dir = tmp_path / "store"
+    runs = expand(spec)
+    target = Store(store_dir).folder_for(*next((r.id, r.label) for r in runs if r.grid["rung"] == "w32"))
+    steps = next(r.config.train.steps for r in runs if r.grid["rung"] == "w32")
+    kill_at = max(2, steps // 2)
+    cmd = [sys.executable, "-m", "reslab.cli", "sweep", "run", str(path), "--store", str(store_dir), "--jobs", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: last_step(target) >= kill_at or proc.poll() is not None, f"{target.name} reach {kill_at}",
+               kill_seed())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_until(lambda: lock_is_free(target), "the workers die with the sweep", 0)
+    assert status(target) in ("running", "completed")
+    final = subprocess.run(cmd, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    ours = {p.name: p for p in (store_dir / "runs").iterdir()}
+    theirs = {p.name: p for p in (tmp_path / "ref" / "runs").iterdir()}
+    assert ours.keys() == theirs.keys() and len(ours) == 2 * 3 * 3
+    for name, folder in ours.items():
+        assert curves(folder) == curves(theirs[name]), name
+    store = Store(store_dir)
+    report, _ = build_report(store, "demo", probe=False)
+    (claim,) = report["claims"]
+    index = {(r["variant"], json.loads(r["grid"])["rung"], r["seed"]): r["best_val_loss"] for r in store.runs(spec="demo")}
+    sizes = rung_sizes(spec, "")
+    x = [math.log2(sizes[rung]) for rung in sizes for s in (1, 2, 3)]
+    y = [index[("none", rung, s)] - index[("full", rung, s)] for rung in sizes for s in (1, 2, 3)]
+    assert claim["estimate"] == pytest.approx(scipy.stats.linregress(x, y).slope, abs=1e-12)
+    section = report["ladder"]
+    assert [r["name"] for r in section["rungs"]] == ["w8", "w16", "w32"]
+    assert {d["name"] for d in section["designs"]} == {"full", "none"}
+    assert all(len(d["points"]) == 3 and d["fit"] is not None for d in section["designs"])
+    assert section["effects"][0]["slope"]["slope"] == claim["estimate"]
+    assert json.dumps(report)  # the report is stored as JSON

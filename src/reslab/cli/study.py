@@ -39,6 +39,7 @@ def _estimate_line(spec, scale: str, runs: int, jobs: int, tuning: int = 0, exte
 
 
 def cmd_study_list(args) -> None:
+    from ..spec.ladder import rung_sizes
     from ..spec.tune_plan import most_extension_runs
 
     for name in study_names():
@@ -49,6 +50,8 @@ def cmd_study_list(args) -> None:
         if info:
             print(f"  source:   {info.source}")
             print(f"  designs:  {', '.join(info.designs)}")
+        if spec.ladder:
+            print(f"  ladder:   {spec.ladder.over or 'rungs'} (a scale ladder: its report rules on trends over size)")
         for scale in spec.scales:
             est = info.estimates.get(scale) if info else None
             cost = "no estimate"
@@ -62,6 +65,9 @@ def cmd_study_list(args) -> None:
             if more:
                 cost += f"; up to {more} more tuning runs where a row's best is an end of the grid (tune.extend)"
             print(f"  scale {scale:<11} {cost}")
+            sizes = rung_sizes(spec, scale) if spec.ladder else {}
+            if sizes:
+                print(f"  {'':<17} rungs " + ", ".join(f"{r} ({n:,} weights)" for r, n in sizes.items()))
 
 
 @functools.lru_cache(maxsize=None)
