@@ -110,6 +110,10 @@ def test_nothing_to_draw_returns_false_and_touches_nothing(tmp_path, plot, secti
      "designs[0] ('a') points[0] needs 'params'"),
     ({"effects": [{"id": "e", "points": [{"params": -5, "values": [0.1]}]}]},
      "effects[0] ('e') points[0] needs 'params'"),
+    ({"effects": [{"id": "e", "points": [{"params": 5, "values": 0.1}]}]},
+     "effects[0] ('e') points[0] 'values' must be a list"),
+    ({"designs": [{"name": "a", "points": [{"params": 5, "values": [1.0]}], "curve": [[5, 1.0, 2]]}]},
+     "designs[0] ('a') curve[0] must be a pair"),
 ])
 def test_malformed_section_names_the_place(tmp_path, bad, where):
     plot = lp.plot_ladder_effect if "effects" in bad else lp.plot_ladder_loss
@@ -166,9 +170,16 @@ def test_loss_figure_missing_rung_and_seed_dots():
 
 @pytest.mark.parametrize("n, text", [(512, "512"), (196608, "197k"), (786432, "786k"),
                                      (3145728, "3.1M"), (12582912, "12.6M"), (2.0e8, "200M"),
-                                     (1.5e9, "1.5B")])
+                                     (1.5e9, "1.5B"), (999_400, "999k"), (999_999, "1M")])
 def test_format_params(n, text):
     assert lp.format_params(n) == text
+
+
+def test_loss_legend_keeps_a_small_standard_error_visible():
+    section = _section()
+    section["designs"][0]["fit"].update(alpha=0.0761, se_alpha=0.0042)
+    ax = lp.ladder_loss_figure(section, COLORS).axes[0]
+    assert _legend_texts(ax)[0] == "pre-ln: α = 0.0761 ± 0.0042"
 
 
 # ---- what the effect figure draws -----------------------------------------------------------------

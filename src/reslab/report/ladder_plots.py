@@ -32,11 +32,12 @@ N_LABEL = "N = non-embedding parameters"
 DODGE_DOUBLINGS = 0.06
 
 
-# ---- small pure helpers ----------------------------------------------------------------------------
+# ---- small pure helpers --------------------------------------------------------------------
 def format_params(n: float) -> str:
     """A parameter count as a short tick label: 196608 -> 197k, 786432 -> 786k, 3145728 -> 3.1M."""
     for unit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if n >= unit:
+        # from 999.5 of a unit on, the rounded label is the next unit's 1 (1M, not 1e+03k)
+        if n >= unit * 0.9995:
             v = n / unit
             # two significant figures below 10 (3.1M), three above (197k, 12.6M)
             return f"{v:.3g}{suffix}" if v >= 10 else f"{v:.2g}{suffix}"
@@ -44,7 +45,8 @@ def format_params(n: float) -> str:
 
 
 def effect_band(xs: Sequence[float], intercept: float, slope: float, residual_sd: float,
-                grid: Sequence[float], level: float = LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                grid: Sequence[float], level: float = LEVEL
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The confidence band of the mean effect a + b x of an ordinary least-squares line.
 
     xs: the x (log2 N) of every point the line was fitted to; grid: where to evaluate. With n
@@ -95,10 +97,16 @@ def _points(entry: Mapping, where: str) -> list[dict]:
     for i, p in enumerate(raw):
         if not isinstance(p, Mapping) or not (_finite(p.get("params")) and p["params"] > 0):
             raise ValueError(f"ladder section: {where} points[{i}] needs 'params', a number > 0")
-        values = [float(v) for v in (p.get("values") or []) if _finite(v)]
-        mean = float(p["mean"]) if _finite(p.get("mean")) else (float(np.mean(values)) if values else None)
-        if mean is None:
-            continue
+        raw_values = p.get("values") or []
+        if not isinstance(raw_values, Sequence) or isinstance(raw_values, str):
+            raise ValueError(f"ladder section: {where} points[{i}] 'values' must be a list")
+        values = [float(v) for v in raw_values if _finite(v)]
+        if _finite(p.get("mean")):
+            mean = float(p["mean"])
+        elif values:
+            mean = float(np.mean(values))
+        else:
+            continue  # nothing measured at this rung
         lo, hi = p.get("ci_low"), p.get("ci_high")
         ci = (float(lo), float(hi)) if _finite(lo) and _finite(hi) else None
         out.append({"rung": p.get("rung"), "n": float(p["params"]), "values": values, "mean": mean,
@@ -142,12 +150,26 @@ def _seed_dots(ax, xs, points: list[dict], color: str) -> None:
     ax.plot(sx, sy, ".", color=color, mec="white", mew=0.4, ms=6, alpha=0.8, zorder=4)
 
 
-# ---- loss against N --------------------------------------------------------------------------------
+# ---- loss against N -------------------------------------------------------------------------
+def _curve(design: Mapping, where: str) -> list[tuple[float, float]]:
+    """The design's sampled fitted curve as (N, L) pairs with N > 0; [] without one."""
+    out = []
+    for i, pair in enumerate(design.get("curve") or []):
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise ValueError(f"ladder section: {where} curve[{i}] must be a pair [N, L]")
+        if _finite(pair[0]) and _finite(pair[1]) and pair[0] > 0:
+            out.append((float(pair[0]), float(pair[1])))
+    return out
+
+
 def _fit_label(name: str, fit) -> str:
     if isinstance(fit, Mapping) and fit.get("fit") and _finite(fit.get("alpha")):
         se = fit.get("se_alpha")
-        err = f" ± {se:.2f}" if _finite(se) else ""
-        return f"{name}: α = {fit['alpha']:.2f}{err}"
+        if not _finite(se):
+            return f"{name}: α = {fit['alpha']:.2f}"
+        # two decimals, more when the standard error would round to 0.00 (se to 2 figures)
+        places = 2 if se >= 0.01 or se <= 0 else min(6, 1 - math.floor(math.log10(se)))
+        return f"{name}: α = {fit['alpha']:.{places}f} ± {se:.{places}f}"
     return f"{name}: no fit"
 
 
@@ -182,15 +204,16 @@ def ladder_loss_figure(section, colors: dict[str, str]) -> Figure | None:
         _mean_bars(ax, xs, pts, c)
         # the measured line joins measured means only; a missing rung is skipped, never invented
         ax.plot(xs, [p["mean"] for p in pts], "-", color=c, lw=1.0, alpha=0.6, zorder=2)
-        curve = [(float(n), float(y)) for n, y in (d.get("curve") or [])
-                 if _finite(n) and _finite(y) and n > 0]
+        curve = _curve(d, f"designs[{k}] ({d.get('name')!r})")
         # the legend shows the fitted curve's dash only for a design that has one
-        ax.plot([], [], "o--" if curve else "o-", color=c, label=_fit_label(d.get("name"), d.get("fit")))
+        ax.plot([], [], "o--" if curve else "o-", color=c,
+                label=_fit_label(d.get("name"), d.get("fit")))
         if curve:
             cx, cy = zip(*curve)
             ax.plot(cx, cy, "--", color=c, lw=1.3, zorder=1.5)
         ex = d.get("extrapolation")
-        if isinstance(ex, Mapping) and _finite(ex.get("n")) and ex["n"] > 0 and _finite(ex.get("prediction")):
+        if (isinstance(ex, Mapping) and _finite(ex.get("n")) and ex["n"] > 0
+                and _finite(ex.get("prediction"))):
             any_extrap = True
             n, y = float(ex["n"]), float(ex["prediction"])
             ticks.add(n)
@@ -220,7 +243,7 @@ def plot_ladder_loss(section, colors: dict[str, str], path) -> bool:
     return False if fig is None else _save(fig, path)
 
 
-# ---- effect against log2 N --------------------------------------------------------------------------
+# ---- effect against log2 N ------------------------------------------------------------------
 def _slope_text(slope) -> str:
     if not isinstance(slope, Mapping) or not _finite(slope.get("slope")):
         return "no slope"
