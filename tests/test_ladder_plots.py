@@ -104,6 +104,14 @@ def test_nothing_to_draw_returns_false_and_touches_nothing(tmp_path, plot, secti
     assert old.read_bytes() == b"an earlier figure"
 
 
+def test_effect_whose_points_are_not_those_of_its_slope_is_refused(tmp_path):
+    section = _section()
+    section["effects"][0]["points"][0]["values"].pop()
+    with pytest.raises(ValueError, match="'resi-gain' has 8 seed points but its slope was fitted to 9"):
+        lp.plot_ladder_effect(section, COLORS, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
 @pytest.mark.parametrize("bad, where", [
     ({"designs": {"name": "a"}}, "'designs' must be a list"),
     ({"designs": [{"name": "a", "points": [{"rung": "w32", "values": [1.0]}]}]},

@@ -270,6 +270,10 @@ def _effect_panel(ax, effect: Mapping, pts: list[dict], colors: dict[str, str], 
         a, b = float(slope["intercept"]), float(slope["slope"])
         ax.plot(grid, a + b * grid, "-", color=c, lw=1.5, zorder=2, label="fitted line a + b·log2 N")
         seed_xs = [x for x, p in zip(xs, pts) for _ in p["values"]]
+        if _finite(slope.get("n")) and slope["n"] != len(seed_xs):
+            # the band's x mean and Sxx must be those of the points the line was fitted to
+            raise ValueError(f"ladder section: effect {effect.get('id')!r} has {len(seed_xs)} seed "
+                             f"points but its slope was fitted to {slope['n']}")
         if _finite(slope.get("se_slope")) and _finite(slope.get("residual_sd")) and len(seed_xs) >= 3:
             level = slope.get("level") if _finite(slope.get("level")) else LEVEL
             _, low, high = effect_band(seed_xs, a, b, float(slope["residual_sd"]), grid, level)
