@@ -25,8 +25,9 @@ from reslab.spec.load import parse_spec
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.store import Store
 from reslab.train.config import build_run_config
-from tests.kill_helpers import kill_seed, last_step, lock_is_free, status, wait_until
+from tests.kill_helpers import checkpoint_steps, kill_seed, last_step, lock_is_free, status, wait_until
 from tests.sweep_helpers import curves, spec_dict, write_spec
+from tests.train_helpers import resumed_steps
 
 RUNGS = {"w8": {"model": {"n_embd": 8, "n_head": 2}}, "w16": {"model": {"n_embd": 16, "n_head": 2}},
          "w32": {"model": {"n_embd": 32, "n_head": 2}}}
@@ -208,24 +209,31 @@ def test_a_ladder_sweep_resumes_after_sigkill_and_its_report_rules_on_the_trend(
     the least-squares slope of the per-seed differences read back from the store."""
     data = ladder_spec(tmp_path, k=4.0, evals=4)
     data["base"]["train"]["checkpoint_interval"] = 4
-    data["claims"] = [dict(TREND, op="within", threshold=1.0, published=None)]
+    data["claims"] = [dict(TREND, op="within", threshold=1.0)]
     path = write_spec(tmp_path, data)
     spec = parse_spec(data)
     ref = Store(tmp_path / "ref")
     run_sweep(spec, ref, jobs=2, stream=io.StringIO(), log=lambda *_: None)
     store_dir = tmp_path / "store"
     runs = expand(spec)
-    target = Store(store_dir).folder_for(*next((r.id, r.label) for r in runs if r.grid["rung"] == "w32"))
+    largest = [Store(store_dir).folder_for(r.id, r.label) for r in runs if r.grid["rung"] == "w32"]
     steps = next(r.config.train.steps for r in runs if r.grid["rung"] == "w32")
-    kill_at = max(2, steps // 2)
     cmd = [sys.executable, "-m", "reslab.cli", "sweep", "run", str(path), "--store", str(store_dir), "--jobs", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: last_step(target) >= kill_at or proc.poll() is not None, f"{target.name} reach {kill_at}",
-               kill_seed())
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    wait_until(lambda: lock_is_free(target), "the workers die with the sweep", 0)
-    assert status(target) in ("running", "completed")
+    seed, caught = kill_seed(), None
+    for target in largest:  # until a kill lands while a run of the largest rung is mid-training
+        kill_at = max(2, steps // 2)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: last_step(target) >= kill_at or proc.poll() is not None, f"{target.name} reach {kill_at}",
+                   seed)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_until(lambda: lock_is_free(target), "the workers die with the sweep", seed)
+        if status(target) == "running" and last_step(target) < steps:
+            caught = target
+            break
+    assert caught is not None, "no kill landed while a run of the largest rung was mid-training"
+    resume_from = max(checkpoint_steps(caught), default=0)
+    assert resume_from > 0  # checkpoint_interval 4: the rerun has a checkpoint to resume from
     final = subprocess.run(cmd, capture_output=True, text=True)
     assert final.returncode == 0, final.stderr
     ours = {p.name: p for p in (store_dir / "runs").iterdir()}
@@ -233,6 +241,7 @@ def test_a_ladder_sweep_resumes_after_sigkill_and_its_report_rules_on_the_trend(
     assert ours.keys() == theirs.keys() and len(ours) == 2 * 3 * 3
     for name, folder in ours.items():
         assert curves(folder) == curves(theirs[name]), name
+    assert resume_from in resumed_steps((caught / "worker.log").read_text().splitlines())  # it resumed
     store = Store(store_dir)
     report, _ = build_report(store, "demo", probe=False)
     (claim,) = report["claims"]

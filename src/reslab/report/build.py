@@ -48,6 +48,7 @@ from ..spec.tune import TuningChoice
 from ..sweep.store import Store
 from ..spec.ladder import rung_sizes, rungs_at
 from . import claims, ladder, plots, stats, tuning
+from .ladder_plots import plot_ladder_effect, plot_ladder_loss
 
 FIGURES = (("val_loss.png", "Validation loss", plots.plot_val_loss),
            ("train_loss_spikes.png", "Training loss and spike events", plots.plot_train_loss_spikes),
@@ -241,8 +242,6 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
 def _ladder_figures(section: dict, colors: dict, out: Path) -> list[dict]:
     """The ladder's two figures (loss against N, each trend's effect against N), drawn into out;
     colours by design (variant), as the ladder's rows span every rung."""
-    from .ladder_plots import plot_ladder_effect, plot_ladder_loss
-
     made = []
     for file, title, draw in ((ladder.LOSS_FIGURE, "Scale ladder: loss against non-embedding parameters",
                                plot_ladder_loss),
