@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ReslabError
 from ..fileio import read_json
+from ..spec.schema import SweepSpec
 
 SCALE = "compare"
 
@@ -95,8 +96,8 @@ def compare(targets: list[str], store, by: str = "model.design", baseline: str |
         planned.append({"variant": group, "scale": SCALE, "grid": {}, "seed": seed, "id": run_id,
                         "label": folder.name})
     seeds = sorted({m[4] for m in members})
-    spec = {"name": name, "baseline": baseline, "seeds": seeds,
-            "description": f"{len(members)} runs grouped by {by}: {', '.join(groups)}",
-            "question": f"How do the runs compare, grouped by {by}?"}
-    store.save_spec(name, {"spec": spec, "runs": planned, "source": "reslab compare", "by": by})
+    spec = SweepSpec(name=name, seeds=seeds, variants={g: {} for g in groups}, baseline=baseline,
+                     description=f"{len(members)} runs grouped by {by}: {', '.join(groups)}",
+                     question=f"How do the runs compare, grouped by {by}?")  # a record every report reads alike
+    store.save_spec(name, {"spec": spec.to_dict(), "runs": planned, "source": "reslab compare", "by": by})
     return build_report(store, name, scale=SCALE, out_dir=out_dir, probe=False)
