@@ -256,3 +256,25 @@ def test_a_ladder_sweep_resumes_after_sigkill_and_its_report_rules_on_the_trend(
     assert all(len(d["points"]) == 3 and d["fit"] is not None for d in section["designs"])
     assert section["effects"][0]["slope"]["slope"] == claim["estimate"]
     assert json.dumps(report)  # the report is stored as JSON
+
+
+def test_sweep_plan_and_study_list_show_the_rungs(tmp_path, capsys):
+    from reslab.cli import main
+
+    data = ladder_spec(tmp_path, exponent=1.0)
+    path = write_spec(tmp_path, data)
+    assert main(["sweep", "plan", str(path), "--store", str(tmp_path / "store")]) in (0, None)
+    err = capsys.readouterr().err
+    spec = parse_spec(data)
+    sizes, tokens = rung_sizes(spec, ""), rung_tokens(spec, "")
+    assert "2 tokens per weight at the smallest rung, tokens proportional to N" in err
+    for rung, n in sizes.items():
+        updates = round(tokens[rung] / (4 * 32))  # batch 4 x context 32
+        assert any(line.split()[:4] == ["rung", rung, "N", "="] and f"{n:,}" in line and f"{updates:,} updates" in line
+                   and "6 runs" in line for line in err.splitlines()), (rung, err)
+    shares = [int(line.rsplit("(", 1)[1].split("%")[0]) for line in err.splitlines() if "of the ladder's compute" in line]
+    assert shares == [round(100 * n * n / sum(m * m for m in sizes.values())) for n in sizes.values()]  # 6 N T, T ~ N
+    assert main(["study", "list"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "ladder:   width (n_embd) at 16 layers" in out
+    assert "rungs w32 (196,608 weights), w64 (786,432 weights), w128 (3,145,728 weights)" in out
