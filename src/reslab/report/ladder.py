@@ -182,6 +182,7 @@ def ladder_section(spec: SweepSpec, scale: str, cells: list[dict], claims: list[
                 "verdict": c.get("verdict")}
                for c in claims if c.get("kind") == "trend" and c.get("trend")]
     return {"over": spec.ladder.over, "exponent": spec.ladder.exponent, "metric": metric,
+            "tuned": spec.tune is not None and spec.tune.tunes(scale),
             "rungs": [{"name": r, "params": n, "tokens": tokens[r]} for r, n in sizes.items()],
             "designs": designs, "effects": effects, "figures": []}
 
@@ -203,8 +204,10 @@ def ladder_blocks(report: dict) -> list[tuple]:
     rule = ("the same tokens at every rung" if sec["exponent"] == 0 else
             f"tokens proportional to N^{sec['exponent']:g}" if sec["exponent"] != 1 else "tokens proportional to N")
     blocks.append(("p", f"N is a rung's non-embedding weights, n_layer x (4 d^2 + 2 d h), the same for every design "
-                        f"at a rung; the token budget is {rule}. Each design runs at its own tuned learning rate per "
-                        f"rung. Values: {sec['metric'].replace('_', ' ')}, mean over seeds with its 95% t-interval."))
+                        f"at a rung; the token budget is {rule}. "
+                        + ("Each design runs at its own tuned learning rate per rung. " if sec.get("tuned") else
+                           "The learning rate is not tuned at this scale. ")
+                        + f"Values: {sec['metric'].replace('_', ' ')}, mean over seeds with its 95% t-interval."))
     blocks.append(("table", ["rung", "N", "tokens"], [[r["name"], f"{r['params']:,}", _short(r["tokens"])]
                                                       for r in rungs], "lrr"))
     head = ["design"] + [r["name"] for r in rungs] + ["L(N) = E + A N^-alpha"]
