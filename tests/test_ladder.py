@@ -22,6 +22,7 @@ from reslab.report.claims import evaluate_claims
 from reslab.spec.expand import expand
 from reslab.spec.ladder import non_embedding_params, rung_sizes, rung_tokens
 from reslab.spec.load import parse_spec
+from reslab.spec.tune_plan import tuning_runs
 from reslab.sweep.runner import run_sweep
 from reslab.sweep.store import Store
 from reslab.train.config import build_run_config
@@ -278,3 +279,21 @@ def test_sweep_plan_and_study_list_show_the_rungs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "ladder:   width (n_embd) at 16 layers" in out
     assert "rungs w32 (196,608 weights), w64 (786,432 weights), w128 (3,145,728 weights)" in out
+
+
+def test_tune_rows_and_more_seeds_select_rungs_like_grid_points(tmp_path):
+    data = ladder_spec(tmp_path)
+    data["more_seeds"] = [{"match": {"rung": "w32"}, "seeds": [7, 8]}]
+    data["tune"] = {"axis": "optim.lr", "values": [1e-3, 3e-3], "seeds": [9001],
+                    "rows": [{"match": {"rung": "w32"}, "values": [3e-4, 1e-3]}]}
+    spec = parse_spec(data)
+    assert sorted({(r.grid["rung"], r.grid["optim.lr"]) for r in tuning_runs(spec)}) == [
+        ("w16", 1e-3), ("w16", 3e-3), ("w32", 3e-4), ("w32", 1e-3), ("w8", 1e-3), ("w8", 3e-3)]
+    tuned = {("", v, json.dumps({"rung": r}, sort_keys=True)): 1e-3 for v in ("full", "none") for r in RUNGS}
+    seeds = {(r.grid["rung"], r.seed) for r in expand(spec, tuned=tuned)}
+    assert {s for rung, s in seeds if rung == "w32"} == {1, 2, 3, 7, 8}
+    assert {s for rung, s in seeds if rung != "w32"} == {1, 2, 3}
+    data["more_seeds"][0]["match"] = {"rung": "w64"}
+    with pytest.raises(ConfigError, match="more_seeds\\[0\\].match.rung: 'w64' is not a point of the named grid "
+                                          "axis rung; points are w8, w16, w32"):
+        parse_spec(data)
