@@ -141,7 +141,8 @@ def _design(name: str, variant: str, points: list[dict], top: tuple[str, int] | 
         pred = trend.power_law_prediction(full, float(top[1]))
         out["extrapolation"] = {"n": float(top[1]), "prediction": pred["prediction"], "low": pred["low"],
                                 "high": pred["high"], "extrapolation": pred["extrapolation"],
-                                "label": f"{top[0]} ({top[1]:,} weights): an extrapolation, not a result"}
+                                "label": f"N of {top[0]} ({top[1]:,} weights), with this scale's tokens and "
+                                         "context: an extrapolation, not a result"}
     return out
 
 
