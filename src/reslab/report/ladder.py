@@ -141,8 +141,7 @@ def _design(name: str, variant: str, points: list[dict], top: tuple[str, int] | 
         pred = trend.power_law_prediction(full, float(top[1]))
         out["extrapolation"] = {"n": float(top[1]), "prediction": pred["prediction"], "low": pred["low"],
                                 "high": pred["high"], "extrapolation": pred["extrapolation"],
-                                "label": f"N of {top[0]} ({top[1]:,} weights), with this scale's tokens and "
-                                         "context: an extrapolation, not a result"}
+                                "label": top[0]}  # short: the figure annotates it; the text says the rest
     return out
 
 
@@ -154,7 +153,7 @@ def _largest_elsewhere(spec: SweepSpec, scale: str) -> tuple[str, int] | None:
             continue
         for r, n in rung_sizes(spec, s).items():
             if best is None or n > best[1]:
-                best = (f"scale {s}, rung {r}", n)
+                best = (f"{s} rung {r}", n)
     return best
 
 
@@ -235,10 +234,11 @@ def ladder_blocks(report: dict) -> list[tuple]:
     blocks.append(("table", head, body, "l" + "r" * len(rungs) + "l"))
     extra = [d for d in sec["designs"] if d.get("extrapolation")]
     if extra:
-        blocks.append(("p", "Extrapolations (not results, never verdicts): " + "; ".join(
-            f"{d['name']} at {d['extrapolation']['label']}: {d['extrapolation']['prediction']:.3f} "
-            f"(95% prediction interval {d['extrapolation']['low']:.3f} to {d['extrapolation']['high']:.3f})"
-            for d in extra) + "."))
+        blocks.append(("p", "Extrapolations of the fitted L(N) to the N of a larger rung, with this scale's tokens "
+                            "and context (not results, never verdicts): " + "; ".join(
+            f"{d['name']} at {d['extrapolation']['label']} ({d['extrapolation']['n']:,.0f} weights): "
+            f"{d['extrapolation']['prediction']:.3f} (95% prediction interval {d['extrapolation']['low']:.3f} to "
+            f"{d['extrapolation']['high']:.3f})" for d in extra) + "."))
     if sec["effects"]:
         head = ["effect"] + [r["name"] for r in rungs] + ["slope per doubling of N", "trend", "verdict"]
         body = []
