@@ -871,11 +871,16 @@ def cases_import_hf(w: World, rng: random.Random) -> list[Case]:
 
 def spec_with(w: World, path: str, value) -> dict:
     """The base spec with one field set; a [study] field other than source comes with a source, and
-    a [tune] field inside an otherwise valid tune table (its other keys are required), so that each
-    case is one fault."""
+    a [tune] or [ladder] field inside an otherwise valid table (its other keys are required), so that
+    each case is one fault."""
     base = merged(w.spec, {"study": {"source": "s"}}) if path.startswith("study.") and path != "study.source" else w.spec
     if path.startswith("tune."):
         base = merged(base, {"tune": {"axis": "optim.lr", "values": [1e-3, 2e-3], "seeds": [9001]}})
+    if path.startswith("ladder."):  # inside a valid ladder, which sets train.steps itself
+        base = dict(base, base=dict(base["base"], train={k: v for k, v in base["base"]["train"].items()
+                                                         if k != "steps"}))
+        base = merged(base, {"ladder": {"tokens_per_param": 1.0, "rungs": {"w16": {"model": {"n_embd": 16}},
+                                                                           "w32": {"model": {"n_embd": 32}}}}})
     return merged(base, nested(path, value))
 
 
