@@ -85,6 +85,10 @@ def test_a_rung_shares_its_identity_with_the_same_run_of_a_plain_spec(tmp_path):
     # and a --set of train.steps wins over the budget (a quick look), changing the identity
     quick = expand(parse_spec(dict(ladder_spec(tmp_path), overrides={"train": {"steps": 3}})))
     assert {r.config.train.steps for r in quick} == {3}
+    # a --set batch size keeps the rung's tokens: the updates follow it
+    wide = expand(parse_spec(dict(ladder_spec(tmp_path), overrides={"train": {"batch_size": 8}})))
+    steps = {r.grid["rung"]: r.config.train.steps for r in expand(spec)}
+    assert all(r.config.train.steps == round(steps[r.grid["rung"]] / 2) for r in wide)
 
 
 BAD = [

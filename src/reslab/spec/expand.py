@@ -141,14 +141,15 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                             continue  # planned after tuning
                         point_overrides = deep_merge(point_overrides, nested(spec.tune.axis, tuned[key]))
                     data = deep_merge(deep_merge(start, overrides), point_overrides)
+                    data = deep_merge(data, spec.overrides)
                     if RUNG_AXIS in point and spec.ladder:  # the rung's token budget, on this run's batch
                         try:
                             cfg = build_run_config(data, where="")
                         except ConfigError:
                             pass  # its own problems are reported below, with the run's name
-                        else:
+                        else:  # then --set again: a --set train.steps wins over the budget
                             data = deep_merge(data, budget(spec, scale, point[RUNG_AXIS], cfg, tokens[point[RUNG_AXIS]]))
-                    data = deep_merge(data, spec.overrides)
+                            data = deep_merge(data, spec.overrides)
                     data = deep_merge(data, {"train": {"seed": seed}})
                     run = PlannedRun(spec.name, variant, scale, point, seed, None, "")  # type: ignore[arg-type]
                     data["name"] = f"{spec.name}/{run.label}"
