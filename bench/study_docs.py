@@ -504,6 +504,7 @@ def status_line(found: dict, names: list, docs_link: str) -> str:
 
 
 QUICK_MINUTES, MAX_MINUTES = 15, 60   # the cpu scale's time rule: most studies within 15 min, none over 60
+LADDER_MINUTES = 90                   # a scale ladder's: within 90 min from a clean store (not held to 15)
 
 
 def _tuning_rows(report: dict) -> list[dict]:
@@ -552,13 +553,17 @@ def _floor_cell(report: dict, runs: int, wall: tuple | None) -> tuple[bool | Non
     return minutes <= QUICK_MINUTES, f"{floor} (about {minutes:.1f} min)"
 
 
-def _wall_cell(wall: tuple | None) -> tuple[bool | None, str]:
-    """(within QUICK_MINUTES, or None when there is no clean-store time; the cell's text)."""
+def _wall_cell(wall: tuple | None, ladder: bool = False) -> tuple[bool | None, str]:
+    """(within QUICK_MINUTES, or None when there is no clean-store time or the study is a ladder,
+    which is held to LADDER_MINUTES instead; the cell's text)."""
     if wall is None:
         return None, DASH
     minutes, day = _clean_minutes(wall), wall[1][:10]
     if minutes is None:
         return None, f"{wall[0] / 60:.1f} min (in a shared store; {day})"
+    if ladder:
+        limit = f"{'within' if minutes <= LADDER_MINUTES else 'over'} {LADDER_MINUTES}, a ladder's limit"
+        return None, f"{minutes:.1f} min ({limit}; {day})"
     limit = (f"within {QUICK_MINUTES}" if minutes <= QUICK_MINUTES else
              f"within {MAX_MINUTES}" if minutes <= MAX_MINUTES else f"over {MAX_MINUTES}")
     return minutes <= QUICK_MINUTES, f"{minutes:.1f} min ({limit}; {day})"
@@ -603,8 +608,10 @@ def rule_row(name: str, report: dict, wall: tuple | None) -> tuple[list[str], tu
     compared = len(report.get("runs") or [])
     tuned = _tuning_runs(report)
     runs = f"{tuned + compared} ({tuned} + {compared})" if tuned else str(compared)
-    quick, time = _wall_cell(wall)
+    quick, time = _wall_cell(wall, ladder=bool(report.get("ladder")))
     floor_quick, floor = _floor_cell(report, tuned + compared, wall)
+    if report.get("ladder"):
+        floor_quick = None  # a ladder is held to LADDER_MINUTES, not to the quick rule
     ok_text = f"{len(levels) - len(short)} of {len(levels)}" + (
         "" if not short else " (short: " + ", ".join(f"{r} {b:.2f}" for r, b in sorted(short.items())) + ")")
     seeds_text = DASH if not seeds else str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"

@@ -386,6 +386,17 @@ def test_the_rules_table_checks_each_cpu_report_against_the_scales_rules(docs):
     assert "1 of 2 studies timed from a clean store ran within 15 minutes" in text
     assert "at the fewest runs the rules allow, 1 of 2 would" in text
     assert docs.rules_glance({"smoke": [(None, smoke)]}, ["smoke"], {}, 3) is None
+    # a scale ladder is held to 90 minutes from a clean store, and not counted against the 15
+    ladder = {**slow, "ladder": {"rungs": []}}
+    text = docs.rules_glance({"quick": [(None, quick)], "ladder": [(None, ladder)], "late": [(None, ladder)]},
+                             ["quick", "ladder", "late"], {**walls, ("ladder", "cpu"): (5268.0, "2026-12-04T17:31Z", "clean"),
+                                                           ("late", "cpu"): (5500.0, "2026-12-04T17:31Z", "clean")}, 3)
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| study")}
+    assert rows["ladder"][3] == "87.8 min (within 90, a ladder's limit; 2026-12-04)"
+    assert rows["late"][3] == "91.7 min (over 90, a ladder's limit; 2026-12-04)"
+    assert "1 of 1 studies timed from a clean store ran within 15 minutes" in text
+    assert "at the fewest runs the rules allow, 1 of 1 would" in text
 
 
 def test_walls_keep_whether_the_store_was_clean(docs, tmp_path, capsys):
