@@ -413,13 +413,13 @@ def test_the_docstring_examples_are_valid_claims():
     blocks = re.findall(r"\n    # [^\n]*\n((?:    [^\n]*\n)+?)(?=\n)", doc.split("Decision rules")[0])
     text = "\n".join("\n".join(line[4:] for line in b.splitlines()) for b in blocks)
     found = tomllib.loads(text)["claims"]
-    assert len(found) == 6
+    assert len(found) == 7
     assert {c["kind"] for c in found} == set(spec_claims.KINDS) - {"trains"} | {"fails"}
     spec = SimpleNamespace(
         claims=found, scales={"tiny": {}, "paper": {}}, scale_grid={},
         ladder=SimpleNamespace(rungs={"w32": {}, "w64": {}}, scale_rungs={}),  # the trend example's rungs
         variants={v: {} for v in ("full", "attn-only", "ffn-only", "post-ln", "g1", "runtime-0.25",
-                                  "runtime-0.5", "runtime-2", "runtime-4", "resi-dual", "pre-ln")},
+                                  "runtime-0.5", "runtime-2", "runtime-4", "resi-dual", "pre-ln", "gated")},
         grid={"depth": {"L4": {}, "L16": {}}, "warmup": {"none": {}, "w100": {}}, "model.n_layer": [4, 24]})
     errs: list[str] = []
     check_claims(spec, errs)

@@ -16,7 +16,9 @@ Decision rules (RULES_TEXT says them in the report):
     p = the smaller, with its direction. Holm-Bonferroni over every claim of the report that has
     a p. Reproduced when the direction is "for" and p_holm < 0.05, not reproduced when "against"
     and p_holm < 0.05, inconclusive otherwise. With zero variance (n >= 3) there is no t: the
-    point estimate decides, there is no p, and the reason says so.
+    point estimate decides, there is no p, and the reason says so. A difference claim with op
+    "within" (|D| < c, equivalence) is two one-sided tests of D against -c and c (TOST): p_for is
+    the larger of their p-values, p_against the smaller of the opposite two.
   * fewer than 3 pairs (or values on a side): no p, inconclusive, reason "n = 2 < 3".
   * diverged runs are never averaged: units with a diverged run are dropped from difference,
     level and spread claims and counted in the reason; divergence counts only for fails / trains.
@@ -65,7 +67,8 @@ RULES_TEXT = (
     "one-sided t-tests of the mean against the claim's threshold: one whose null hypothesis is that "
     "the claim is false, one whose null is that it is true; the smaller p is the claim's, with its "
     "direction, and the p-values of all claims of this report are corrected together with "
-    "Holm-Bonferroni. Reproduced: the data support the claim with Holm p < 0.05; not reproduced: "
+    "Holm-Bonferroni (an equivalence claim, |a - b| within ±c, takes the larger p of the tests against "
+    "-c and +c). Reproduced: the data support the claim with Holm p < 0.05; not reproduced: "
     "they contradict it with Holm p < 0.05; inconclusive otherwise, and always with fewer than 3 "
     "seeds. With zero variance the point estimate decides and no p is given. Diverged runs are never "
     "averaged: their seeds are dropped from these claims and counted in the reason. Spread claims: "
@@ -216,11 +219,38 @@ def _result(c: dict, **kw) -> dict:
     return out
 
 
+def _rule(op: str, c: float) -> str:
+    """The tested relation as text: "< 0.15", "> 0", or "within ±0.02" (|D| < c)."""
+    return f"within ±{c:g}" if op == "within" else f"{op} {c:g}"
+
+
+def _one_sided(est: float, se: float, df: float, op: str, c: float) -> tuple[float, float]:
+    """(p_for, p_against) of the claim "D op c" from the t distribution of the mean difference D.
+
+    "<" and ">": the two one-sided tests of D against c. For "<" the null "the claim is false" is
+    D >= c, which small t = (D - c) / se rejects: p_for = P(T <= t), p_against = P(T >= t).
+    "within" (equivalence, |D| < c): the claim holds when both D > -c and D < c, so p_for is the
+    larger of those two one-sided p-values (TOST, Schuirmann 1987); it fails when D < -c or D > c,
+    so p_against is the smaller of those two.
+    """
+    def below(x):  # P(T <= (D - x) / se)
+        return float(scipy.stats.t.cdf((est - x) / se, df))
+
+    def above(x):
+        return float(scipy.stats.t.sf((est - x) / se, df))
+    if op == "<":
+        return below(c), above(c)
+    if op == ">":
+        return above(c), below(c)
+    return max(above(-c), below(c)), min(below(-c), above(c))
+
+
 def _t_claim(claim: Claim, expr: str, p: dict, test: str, unit: str, rows: list) -> dict:
     """A difference or level claim from its values: the two one-sided t-tests, or why there are none.
     A tested claim's verdict waits for its Holm p (_decide_t); the others are decided here."""
     op, c = claim.op, float(claim.threshold)
-    base = _result(claim.header(), claim=f"{expr} {op} {c:g}", test=test, n=p["n"], rows=rows)
+    shown = f"|{expr}| < {c:g}" if op == "within" else f"{expr} {op} {c:g}"
+    base = _result(claim.header(), claim=shown, test=test, n=p["n"], rows=rows)
     dropped = _dropped(p, unit)
     if p["n"] < MIN_N:
         base["reason"] = (f"n = {p['n']} < {MIN_N}: no test and no verdict from fewer than {MIN_N} "
@@ -232,36 +262,34 @@ def _t_claim(claim: Claim, expr: str, p: dict, test: str, unit: str, rows: list)
     e = _estimate(p)
     base.update(estimate=e["est"], ci_low=e["lo"], ci_high=e["hi"])
     if e["se"] == 0.0:
-        holds = e["est"] < c if op == "<" else e["est"] > c
+        holds = {"<": e["est"] < c, ">": e["est"] > c, "within": abs(e["est"]) < c}[op]
         base["verdict"] = "reproduced" if holds else "not reproduced"
         base["reason"] = (f"{expr} = {_f(e['est'])} with zero variance over {p['n']} {unit}s, so no t-test: "
-                          f"decided by the point estimate, which {'is' if holds else 'is not'} {op} {c:g}"
+                          f"decided by the point estimate, which {'is' if holds else 'is not'} {_rule(op, c)}"
                           + dropped)
         return base
-    t = (e["est"] - c) / e["se"]
-    below, above = float(scipy.stats.t.cdf(t, e["df"])), float(scipy.stats.t.sf(t, e["df"]))
-    # for "<" the null "the claim is false" is D >= c, which small t rejects: p_for = P(T <= t)
-    p_for, p_against = (below, above) if op == "<" else (above, below)
+    p_for, p_against = _one_sided(e["est"], e["se"], e["df"], op, c)
+    t = (e["est"] - c) / e["se"] if op != "within" else e["est"] / e["se"]
     base.update(t=t, df=e["df"], p_for=p_for, p_against=p_against, p=min(p_for, p_against),
                 direction="for" if p_for <= p_against else "against",
-                _pending=(expr, op, c, unit, dropped))
+                _pending=(expr, _rule(op, c), unit, dropped))
     return base
 
 
 def _decide_t(r: dict) -> None:
     """Verdict and reason of a tested difference / level claim, once its Holm p is known."""
-    expr, op, c, unit, dropped = r.pop("_pending")
+    expr, rule, unit, dropped = r.pop("_pending")
     ph = r["p_holm"]
     head = (f"{expr} = {_f(r['estimate'])} ({r['test']} over {r['n']} {unit}s, t = {r['t']:.3g}, "
             f"df = {r['df']:.3g})")
     if ph < ALPHA:
         r["verdict"] = "reproduced" if r["direction"] == "for" else "not reproduced"
         verb = "support" if r["direction"] == "for" else "contradict"
-        r["reason"] = f"{head}: the data {verb} {op} {c:g} with p = {_pv(r['p'])}, Holm p = {_pv(ph)} < {ALPHA}"
+        r["reason"] = f"{head}: the data {verb} {rule} with p = {_pv(r['p'])}, Holm p = {_pv(ph)} < {ALPHA}"
     else:
         r["verdict"] = "inconclusive"
         side = "supporting" if r["direction"] == "for" else "contradicting"
-        r["reason"] = (f"{head}: the smaller one-sided p ({side} {op} {c:g}) is {_pv(r['p'])}, "
+        r["reason"] = (f"{head}: the smaller one-sided p ({side} {rule}) is {_pv(r['p'])}, "
                        f"Holm p = {_pv(ph)} >= {ALPHA}")
     r["reason"] += dropped
 

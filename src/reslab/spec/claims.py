@@ -32,6 +32,17 @@ compare different points).
     op = "<"
     threshold = 0.15
 
+    # equivalence: op "within" tests |mean(a - b)| < threshold (two one-sided tests, TOST)
+    [[claims]]
+    id = "gated-matches-pre-ln"
+    statement = "The gated block ends within 0.02 nats of Pre-LN"
+    source = "a design card's equivalence verdict"
+    kind = "difference"
+    a = "gated"
+    b = "pre-ln"
+    op = "within"
+    threshold = 0.02
+
     # the same variant at two grid points
     [[claims]]
     id = "post-ln-needs-warmup"
@@ -218,7 +229,9 @@ def parse_claim(claim, where: str, errors: list[str]) -> Claim | None:
     op = claim.get("op")
     if kind == "trend" and op is not None and op not in TREND_OPS:
         errors.append(f"{where}.op: expected \"<\", \">\" or \"within\" (|slope| < threshold), got {op!r}")
-    elif kind != "trend" and "op" in needed and op is not None and op not in OPS:
+    elif kind == "difference" and op is not None and op not in TREND_OPS:
+        errors.append(f"{where}.op: expected \"<\", \">\" or \"within\" (|a - b| < threshold), got {op!r}")
+    elif kind not in ("trend", "difference") and "op" in needed and op is not None and op not in OPS:
         errors.append(f"{where}.op: expected \"<\" or \">\", got {op!r} (with a continuous loss, "
                       "<= and >= test the same thing)")
     published = claim.get("published")
@@ -231,8 +244,9 @@ def parse_claim(claim, where: str, errors: list[str]) -> Claim | None:
         errors.append(f"{where}.threshold: expected a finite number (nats), got {threshold!r}")
     if kind == "spread" and threshold is not None and is_number(threshold) and threshold < 0:
         errors.append(f"{where}.threshold: a spread is >= 0; got {threshold}")
-    if kind == "trend" and op == "within" and is_number(threshold) and threshold <= 0:
-        errors.append(f"{where}.threshold: \"within\" needs a positive bound (nats per doubling), got {threshold}")
+    if op == "within" and kind in ("trend", "difference") and is_number(threshold) and threshold <= 0:
+        unit = "nats per doubling" if kind == "trend" else "nats"
+        errors.append(f"{where}.threshold: \"within\" needs a positive bound ({unit}), got {threshold}")
     reference = claim.get("reference")
     if kind == "level" and reference is not None and not (
             reference in REFERENCES or (is_number(reference) and math.isfinite(reference))):

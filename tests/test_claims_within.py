@@ -1,0 +1,93 @@
+"""Equivalence claims: a difference claim with op "within" (|a - b| < c), decided by two one-sided
+t-tests (TOST) against -c and +c, checked against scipy's one-sided paired and Welch tests."""
+
+from __future__ import annotations
+
+import pytest
+import scipy.stats
+
+from reslab.report.claims import evaluate_claims
+from reslab.spec.claims import parse_claim
+from tests.test_claims import REF, claim, one, row
+
+BASE = {1: 2.500, 2: 2.520, 3: 2.490, 4: 2.510}
+CLOSE = {1: 2.503, 2: 2.519, 3: 2.496, 4: 2.512}   # a - b: +0.003 -0.001 +0.006 +0.002
+FAR = {1: 2.560, 2: 2.590, 3: 2.555, 4: 2.575}     # a - b about +0.065
+
+
+def within(c=0.02):
+    return claim("difference", a="new", b="pre-ln", op="within", threshold=c)
+
+
+def test_close_pairs_are_equivalent_and_p_is_the_larger_of_the_two_one_sided_tests():
+    r = one(within(), [row("pre-ln", BASE), row("new", CLOSE)])
+    a = [CLOSE[s] for s in sorted(BASE)]
+    b = [BASE[s] for s in sorted(BASE)]
+    p_low = scipy.stats.ttest_rel(a, [x - 0.02 for x in b], alternative="greater").pvalue   # D > -c
+    p_high = scipy.stats.ttest_rel(a, [x + 0.02 for x in b], alternative="less").pvalue     # D < +c
+    assert r["p_for"] == pytest.approx(max(p_low, p_high), rel=1e-9)
+    assert r["p_against"] == pytest.approx(min(1 - p_low, 1 - p_high), rel=1e-9)
+    assert r["direction"] == "for" and r["verdict"] == "reproduced"
+    assert r["claim"] == "|new - pre-ln| < 0.02"
+    assert "support within ±0.02" in r["reason"]
+
+
+def test_a_clear_difference_is_not_equivalent():
+    r = one(within(), [row("pre-ln", BASE), row("new", FAR)])
+    assert r["direction"] == "against" and r["verdict"] == "not reproduced"
+    a = [FAR[s] for s in sorted(BASE)]
+    b = [BASE[s] for s in sorted(BASE)]
+    p_above = scipy.stats.ttest_rel(a, [x + 0.02 for x in b], alternative="greater").pvalue  # D > +c
+    assert r["p_against"] == pytest.approx(p_above, rel=1e-9)
+
+
+def test_noisy_pairs_are_inconclusive_not_equivalent():
+    noisy = {1: 2.45, 2: 2.58, 3: 2.47, 4: 2.55}
+    r = one(within(), [row("pre-ln", BASE), row("new", noisy)])
+    assert r["verdict"] == "inconclusive"
+
+
+def test_welch_when_the_seeds_differ_matches_scipy():
+    other = {5: 2.503, 6: 2.519, 7: 2.496, 8: 2.512}
+    r = one(within(), [row("pre-ln", BASE), row("new", other)])
+    a, b = list(other.values()), list(BASE.values())
+    p_low = scipy.stats.ttest_ind(a, [x - 0.02 for x in b], equal_var=False, alternative="greater").pvalue
+    p_high = scipy.stats.ttest_ind(a, [x + 0.02 for x in b], equal_var=False, alternative="less").pvalue
+    assert r["test"].startswith("Welch")
+    assert r["p_for"] == pytest.approx(max(p_low, p_high), rel=1e-9)
+
+
+def test_zero_variance_is_decided_by_the_point_estimate():
+    shifted = {s: v + 0.01 for s, v in BASE.items()}
+    r = one(within(), [row("pre-ln", BASE), row("new", shifted)])
+    assert r["p"] is None and r["verdict"] == "reproduced" and "within ±0.02" in r["reason"]
+    r = one(within(0.005), [row("pre-ln", BASE), row("new", shifted)])
+    assert r["verdict"] == "not reproduced"
+
+
+def test_within_joins_the_holm_family():
+    cells = [row("pre-ln", BASE), row("new", CLOSE)]
+    both = evaluate_claims([within(), claim("difference", "d2", a="new", b="pre-ln", op="<", threshold=0.1)],
+                           cells, REF, "tiny")
+    alone = one(within(), cells)
+    assert both[0]["p_holm"] >= alone["p_holm"]
+    assert both[0]["p_holm"] == pytest.approx(min(1.0, 2 * min(both[0]["p"], both[1]["p"]))
+                                              if both[0]["p"] <= both[1]["p"] else
+                                              max(min(1.0, 2 * both[1]["p"]), both[0]["p"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(op="within", threshold=0), "\"within\" needs a positive bound (nats)"),
+    (dict(op="within", threshold=-0.02), "\"within\" needs a positive bound (nats)"),
+    (dict(op="about", threshold=0.02), "expected \"<\", \">\" or \"within\" (|a - b| < threshold)"),
+])
+def test_bad_within_claims_are_named(bad, message):
+    errors: list[str] = []
+    parse_claim(claim("difference", a="new", b="pre-ln", **bad), "claims[0]", errors)
+    assert len(errors) == 1 and message in errors[0] and errors[0].startswith("claims[0]")
+
+
+def test_level_claims_still_refuse_within():
+    errors: list[str] = []
+    parse_claim(claim("level", a="new", reference="bigram", op="within", threshold=0.1), "claims[0]", errors)
+    assert errors and "expected \"<\" or \">\"" in errors[0]
