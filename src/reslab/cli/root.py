@@ -13,11 +13,11 @@ import os
 import sys
 
 from ..errors import ReslabError
-from . import data, hf, model, presets, probe, report, runs, study, sweep, train
+from . import assess, data, hf, model, presets, probe, report, runs, study, sweep, train
 from .args import Parser
 
 # The verb modules in the order `reslab --help` lists their verbs; `completion` comes last.
-VERBS = (model, train, data, probe, sweep, runs, report, study, presets, hf)
+VERBS = (model, train, data, probe, sweep, runs, report, study, assess, presets, hf)
 
 
 def cmd_completion(args) -> None:

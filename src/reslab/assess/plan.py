@@ -1,0 +1,212 @@
+"""The card's sweeps: the assessed design and its baselines, trained in the regimes of built-in studies.
+
+A card is not a new experiment with its own settings: it puts the design into studies that already
+measure what each section asks, so its runs are theirs wherever they coincide (a run's identity is
+its resolved config, so `reslab assess pre-ln` reuses ln-placement's runs in the same store):
+
+    main sweep    ln-placement's regime (cpu: width 64, 4 heads, 1250 updates of 16 sequences, clip 1,
+                  cosine to 1e-4): rows design x depth {4, 16} x warmup {0, 100 updates}, every row
+                  at its own learning rate ([tune] over 1e-3 / 3e-3 / 1e-2, extended where the best
+                  is an end), then 3 comparison seeds at the tuned rate. Its tuning runs are the card's
+                  loss-against-learning-rate curves and its stability record; its comparison rows are
+                  the comparison (sections 4) and the depth / warmup rows (section 5).
+    ladder sweep  (--ladder) hyper-connections-ladder's width ladder (4 layers, widths 64 / 128 / 256,
+                  each rung tuned), for the trend of the difference with size (section 8).
+
+The claims the card rules on are generated here (card_claims) and decided by the reports' rules
+(report/claims.py: two one-sided t-tests per claim, Holm over the card): better, worse or
+equivalent within +-0.02 nats against each baseline at 4 and at 16 layers; improves with depth;
+needs warmup at 16 layers.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from ..errors import ReslabError
+from ..fileio import read_toml
+from ..spec.load import parse_spec
+from ..spec.schema import NAME_RE, SweepSpec
+from ..studies import study_path
+
+REGIME = "ln-placement"
+LADDER = "hyper-connections-ladder"
+SCALES = ("smoke", "cpu", "paper")
+EQUIVALENCE = 0.02          # nats: "equivalent" means the 95% TOST interval lies within +-0.02
+DEPTHS = ("L4", "L16")      # the regime's named depth points, shallow first
+WARM, COLD = "w100", "none"  # the regime's warmup points
+INIT_BASELINES = ("pre-ln", "post-ln")  # always beside the design at initialisation (no training cost)
+PROBE_DEPTHS = (6, 12, 24, 48, 96)
+
+
+@dataclass(frozen=True)
+class CardRequest:
+    """What `reslab assess` was asked: the design (with options and other overrides of its own
+    runs), the baselines, the scale, the seeds, and whether to climb the ladder."""
+    design: str
+    overrides: dict = field(default_factory=dict)  # nested, e.g. {"model": {"options": {"k": 2}}}
+    against: tuple = ()
+    scale: str = "cpu"
+    seeds: int | None = None
+    ladder: bool | None = None  # None: on at the smoke scale only (a cheap check of the pipeline)
+
+    @property
+    def baselines(self) -> tuple:
+        if self.against:
+            return tuple(self.against)
+        return ("post-ln",) if self.design == "pre-ln" and not self.overrides else ("pre-ln",)
+
+    @property
+    def climbs(self) -> bool:
+        return self.scale == "smoke" if self.ladder is None else self.ladder
+
+    @property
+    def label(self) -> str:
+        """The design's row name, and the card's name: the design, with a short hash of its overrides
+        when it has any (two option sets of one design are two cards, two variants)."""
+        if not self.overrides:
+            return self.design
+        digest = hashlib.sha256(json.dumps(self.overrides, sort_keys=True).encode()).hexdigest()[:6]
+        return f"{self.design}-{digest}"
+
+
+def check_request(req: CardRequest) -> None:
+    """One line per problem, before anything is planned or written."""
+    from ..model.registry import DESIGNS
+
+    known = sorted(DESIGNS)
+    for name, what in [(req.design, "DESIGN")] + [(b, "--against") for b in req.baselines]:
+        if name not in DESIGNS:
+            raise ReslabError(f"{what}: unknown design {name!r}; choose one of {', '.join(known)} "
+                              "(or register your own: docs/plugins.md)")
+    if req.scale not in SCALES:
+        raise ReslabError(f"--scale: {req.scale!r} is not a card scale; choose one of {', '.join(SCALES)}")
+    if len(set(req.baselines)) != len(req.baselines):
+        raise ReslabError(f"--against: a baseline is named twice ({', '.join(req.baselines)})")
+    if req.label in req.baselines:
+        raise ReslabError(f"--against: {req.label} is the design assessed; name other designs to compare with")
+    if not NAME_RE.match(req.label):
+        raise ReslabError(f"DESIGN: {req.design!r} cannot name a card (letters, digits, '_', '.', '+', '-')")
+    if isinstance(req.overrides.get("model"), dict) and "design" in req.overrides["model"]:
+        raise ReslabError("--set model.design: the design is the command's argument, not a --set")
+
+
+def _variant(design: str, overrides: dict | None = None) -> dict:
+    table = copy.deepcopy(overrides or {})
+    table.setdefault("model", {})["design"] = design
+    return table
+
+
+def card_claims(req: CardRequest) -> list[dict]:
+    """The claims a card rules on, in the report's [[claims]] format (spec/claims.py)."""
+    d, out = req.label, []
+
+    def cell(variant, depth, warmup=WARM):
+        return {"variant": variant, "depth": depth, "warmup": warmup}
+    source = "design card: the comparison at each row's own tuned learning rate"
+    for b in req.baselines:
+        for depth in DEPTHS:
+            layers = depth[1:]
+            out.append({"id": f"better-than-{b}-{depth}", "kind": "difference", "op": "<", "threshold": 0.0,
+                        "statement": f"{d} ends below {b} at {layers} layers (with warmup)",
+                        "source": source, "a": cell(d, depth), "b": cell(b, depth)})
+            out.append({"id": f"equivalent-to-{b}-{depth}", "kind": "difference", "op": "within",
+                        "threshold": EQUIVALENCE,
+                        "statement": f"{d} ends within ±{EQUIVALENCE:g} nats of {b} at {layers} layers",
+                        "source": source, "a": cell(d, depth), "b": cell(b, depth)})
+    out.append({"id": "improves-with-depth", "kind": "difference", "op": "<", "threshold": 0.0,
+                "statement": f"{d} at 16 layers ends below {d} at 4 layers (both with warmup)",
+                "source": "design card: depth", "a": cell(d, "L16"), "b": cell(d, "L4")})
+    out.append({"id": "needs-warmup-L16", "kind": "difference", "op": ">", "threshold": 0.0,
+                "statement": f"{d} at 16 layers ends worse without warmup than with 100 warmup updates",
+                "source": "design card: warmup (Xiong et al. 2020 for Post-LN)",
+                "a": cell(d, "L16", COLD), "b": cell(d, "L16", WARM)})
+    out.append({"id": "warmup-free-L16", "kind": "difference", "op": "within", "threshold": EQUIVALENCE,
+                "statement": f"{d} at 16 layers ends within ±{EQUIVALENCE:g} nats without warmup of where it "
+                             "ends with it",
+                "source": "design card: warmup", "a": cell(d, "L16", COLD), "b": cell(d, "L16", WARM)})
+    return out
+
+
+def _common(data: dict, req: CardRequest, name: str, question: str, description: str) -> dict:
+    data = copy.deepcopy(data)
+    data["name"] = name
+    data["question"] = question
+    data["description"] = description
+    data["baseline"] = req.baselines[0]
+    data["variants"] = {req.label: _variant(req.design, req.overrides),
+                        **{b: _variant(b) for b in req.baselines}}
+    study = data.get("study") or {}
+    study["designs"] = [req.design, *req.baselines]
+    data["study"] = study
+    data.pop("claims", None)
+    keep = set(data["variants"])
+    tune = data.get("tune")
+    if tune and tune.get("rows"):  # the study's per-row tuning rules that concern the card's designs
+        rows = [r for r in tune["rows"] if (r.get("match") or {}).get("variant") in keep]
+        if rows:
+            tune["rows"] = rows
+        else:
+            del tune["rows"]
+    report = data.setdefault("report", {})
+    report.pop("published", None)
+    report.pop("probe", None)   # the card probes its own configs (assess/signal.py)
+    return data
+
+
+def main_spec_data(req: CardRequest) -> dict:
+    """The card's main sweep as a spec dict: ln-placement's regime with the card's designs and claims."""
+    against = ", ".join(req.baselines)
+    data = _common(read_toml(study_path(REGIME), "study spec"), req, f"assess-{req.label}",
+                   f"Is {req.label} better than {against}, at its own learning rate, at 4 and 16 layers, "
+                   "with and without warmup?",
+                   f"design card of {req.label} against {against}: ln-placement's regime (depth 4 / 16 x "
+                   "warmup 0 / 100 updates, every row at its own tuned learning rate)")
+    data["claims"] = card_claims(req)
+    data["report"]["notes"] = [
+        f"The card's regime is the ln-placement study's at this scale; the {', '.join(req.baselines)} rows "
+        "are that study's runs (the same identities: a store that ran it trains them once).",
+    ]
+    return data
+
+
+def ladder_spec_data(req: CardRequest) -> dict:
+    """The card's ladder as a spec dict: hyper-connections-ladder's rungs with the card's designs and
+    one trend claim per baseline (the slope of design - baseline per doubling of parameters)."""
+    d = req.label
+    data = _common(read_toml(study_path(LADDER), "study spec"), req, f"assess-{req.label}-ladder",
+                   f"Does {d}'s difference from {', '.join(req.baselines)} grow, shrink or hold as the width grows?",
+                   f"design card of {d}: the width ladder of hyper-connections-ladder (4 layers), each rung "
+                   "at its own tuned learning rate")
+    data["claims"] = [{"id": f"gain-over-{b}-grows", "kind": "trend", "op": "<", "threshold": 0.0,
+                       "statement": f"{d} - {b} falls as the model grows ({d}'s advantage grows or its "
+                                    "deficit shrinks)",
+                       "source": "design card: ladder", "a": d, "b": b} for b in req.baselines]
+    data["report"]["notes"] = [
+        f"The card's ladder is the hyper-connections-ladder study's at this scale; its pre-ln rows are "
+        "that study's runs."]
+    return data
+
+
+def _seeded(spec: SweepSpec, req: CardRequest) -> SweepSpec:
+    from ..spec.expand import with_seeds
+
+    scale_seeds = spec.study.seeds.get(req.scale) if spec.study else None
+    n = req.seeds if req.seeds is not None else scale_seeds
+    return with_seeds(spec, n) if n is not None else spec
+
+
+def card_specs(req: CardRequest) -> list[SweepSpec]:
+    """The card's sweeps, validated: [main] or [main, ladder]."""
+    check_request(req)
+    datas = [main_spec_data(req)] + ([ladder_spec_data(req)] if req.climbs else [])
+    out = []
+    for data in datas:
+        if req.scale not in data.get("scales", {}):
+            raise ReslabError(f"--scale {req.scale}: the card's {data['name']} sweep has no such scale "
+                              f"(it has {', '.join(data.get('scales', {}))})")
+        out.append(_seeded(parse_spec(data, where=data["name"]), req))
+    return out

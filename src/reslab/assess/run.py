@@ -1,0 +1,156 @@
+"""`reslab assess`: plan the card, train its sweeps (resumable: a rerun trains only what is missing),
+measure what needs no training, and write the card.
+
+    card_plan(req, store) -> CardPlan       what will run, what the store already holds, the estimate
+    assess(req, store, jobs, ...) -> (card, folder)
+
+The card's folder is <store>/cards/<label>-<scale>/: card.md, card.html, card.json, its figures, and
+the full report of each sweep under sweeps/<name>/ (the method text and every table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ModelConfig
+from ..spec.schema import SweepSpec, is_result_scale
+from ..spec.tune_plan import all_planned, most_extension_runs, tuning_runs
+from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs
+
+SMOKE_PROBE_DEPTHS = (2, 4, 8)
+
+
+@dataclass
+class SweepPlanLine:
+    name: str
+    runs: int          # planned now (tuning runs, or comparison runs of scales without tuning)
+    later: int         # comparison runs planned once tuning has chosen
+    tuning: int
+    extension: int     # at most this many tuning runs beyond the grid's ends (tune.extend)
+    finished: int      # of `runs`, already finished in the store
+
+
+@dataclass
+class CardPlan:
+    specs: list
+    lines: list[SweepPlanLine]
+
+    def text(self, req: CardRequest, jobs: int) -> list[str]:
+        out = [f"assess {req.label} ({req.design}) against {', '.join(req.baselines)}, scale {req.scale}"
+               + ("" if is_result_scale(req.scale) else " (smoke: not a result)")]
+        total_minutes = 0.0
+        for spec, line in zip(self.specs, self.lines):
+            todo = line.runs - line.finished + line.later
+            est = spec.study.estimates.get(req.scale) if spec.study else None
+            cost = "no estimate at this scale"
+            if est is not None and est.cpu_minutes is not None:
+                minutes = est.cpu_minutes / est.runs * est.jobs / jobs * todo
+                total_minutes += minutes
+                cost = f"about {minutes:.0f} min with {jobs} workers ({est.basis.split(':')[0]})"
+            elif est is not None and est.gpu_hours is not None:
+                cost = f"about {est.gpu_hours / est.runs * todo:.2g} GPU-hours"
+            more = f", and up to {line.extension} more where a row's best rate is an end of the grid" \
+                if line.extension else ""
+            out.append(f"  sweep {line.name}: {line.tuning} tuning + {line.later or line.runs - line.tuning} "
+                       f"comparison runs{more}; {line.finished} already in the store; {cost}")
+        if not any(s.ladder for s in self.specs):
+            out.append("  ladder: not climbed (add --ladder: the width ladder of hyper-connections-ladder, "
+                       "about 45 min more at cpu scale)")
+        out.append(f"  then: signal propagation at init (depths {', '.join(map(str, self._probe_depths(req)))}), "
+                   "cost ratios (seconds), the card")
+        if total_minutes:
+            out.append(f"  estimate: about {total_minutes:.0f} min in all on a 2-core CPU")
+        return out
+
+    @staticmethod
+    def _probe_depths(req: CardRequest) -> tuple:
+        return PROBE_DEPTHS if is_result_scale(req.scale) else SMOKE_PROBE_DEPTHS
+
+
+def card_plan(req: CardRequest, store) -> CardPlan:
+    from ..sweep.runner import plan_status
+
+    specs = card_specs(req)
+    lines = []
+    for spec in specs:
+        runs, later = all_planned(spec, [req.scale])
+        n_tuning = len(tuning_runs(spec, [req.scale]))
+        finished = sum(status in ("completed", "diverged") for _, _, status in plan_status(store, runs))
+        lines.append(SweepPlanLine(spec.name, len(runs), later, n_tuning, most_extension_runs(spec, [req.scale]),
+                                   finished))
+    return CardPlan(specs, lines)
+
+
+def _models(spec: SweepSpec, req: CardRequest, depth: str) -> dict[str, ModelConfig]:
+    """Each design's model config as the card trains it at one depth point (with warmup)."""
+    runs, _ = all_planned(spec, [req.scale])
+    runs = runs or tuning_runs(spec, [req.scale])
+    out = {}
+    for r in runs + tuning_runs(spec, [req.scale]):
+        if r.grid.get("depth") == depth and r.grid.get("warmup") == WARM and r.variant not in out:
+            out[r.variant] = r.config.model
+    return out
+
+
+def probe_models(spec: SweepSpec, req: CardRequest) -> dict[str, ModelConfig]:
+    """The design, its baselines and pre-ln / post-ln (always beside it at initialisation)."""
+    models = _models(spec, req, DEPTHS[0])
+    template = models[req.baselines[0]]
+    for name in INIT_BASELINES:
+        if name not in models:
+            models[name] = dataclasses.replace(template, design=name)
+    return models
+
+
+def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto", stack_size: int = 8,
+           log=None) -> tuple[dict, Path]:
+    from ..report.build import build_report
+    from ..report.render import write_report
+    from ..sweep.runner import default_jobs, run_sweep
+    from .card import build_card
+    from .cost import measure_cost
+    from .render import write_card
+    from .signal import MODES, probe_designs
+    from .stability import stability
+
+    log = log or (lambda m: print(m, file=sys.stderr))
+    t0 = time.time()
+    plan = card_plan(req, store)
+    jobs = jobs or default_jobs(all_planned(plan.specs[0], [req.scale])[0])
+    for line in plan.text(req, jobs):
+        log(line)
+    folder = store.root / "cards" / f"{req.label}-{req.scale}"
+    folder.mkdir(parents=True, exist_ok=True)
+    reports, results = [], []
+    for spec in plan.specs:
+        results.append(run_sweep(spec, store, jobs=jobs, scales=[req.scale], log=log,
+                                 source=f"reslab assess {req.label} (scale {req.scale})",
+                                 stack=stack, stack_size=stack_size))
+        report, out = build_report(store, spec.name, scale=req.scale, out_dir=folder / "sweeps" / spec.name,
+                                   probe=False)
+        write_report(report, out)
+        reports.append(report)
+    main = plan.specs[0]
+    log("assess: signal propagation at initialisation")
+    models = probe_models(main, req)
+    signal = {mode: probe_designs(models, CardPlan._probe_depths(req), seeds=3 if is_result_scale(req.scale) else 1,
+                                  mode=mode, out_dir=folder / "signal") for mode in MODES}
+    log("assess: cost against the first baseline, measured in one process")
+    cost = {depth: measure_cost({k: dataclasses.asdict(v) for k, v in _models(main, req, depth).items()},
+                                baseline=req.baselines[0], batch_size=_batch(main, req))
+            for depth in DEPTHS}
+    unigram = (reports[0].get("reference") or {}).get("unigram")
+    stab = stability(store, main.name, req.scale, unigram)
+    card = build_card(req, plan.specs, reports, signal, cost, stab, folder,
+                      wall_s=time.time() - t0, results=results)
+    write_card(card, folder)
+    return card, folder
+
+
+def _batch(spec: SweepSpec, req: CardRequest) -> int:
+    runs, _ = all_planned(spec, [req.scale])
+    return (runs or tuning_runs(spec, [req.scale]))[0].config.train.batch_size
