@@ -1,0 +1,144 @@
+"""The design card's plan and verdicts (reslab.assess): the card's sweeps share run identities with
+the studies whose regimes they use, the claims it generates, and the rules that turn them into
+better / worse / equivalent; bad requests are one line each."""
+
+from __future__ import annotations
+
+import pytest
+
+from reslab.assess.card import _three_way, comparison_section, depth_section
+from reslab.assess.plan import CardRequest, card_claims, card_specs, check_request
+from reslab.errors import ReslabError
+from reslab.spec.expand import with_seeds
+from reslab.spec.tune_plan import all_planned, tuning_runs
+from reslab.studies import load_study
+
+
+def _ids(spec, scale, variant=None):
+    runs = all_planned(spec, [scale])[0] + tuning_runs(spec, [scale])
+    return {r.id for r in runs if variant is None or r.variant == variant}
+
+
+@pytest.mark.parametrize("scale", ["smoke", "cpu"])
+def test_the_baselines_are_ln_placements_runs(scale):
+    main = card_specs(CardRequest("sas", scale=scale))[0]
+    study = load_study("ln-placement")
+    study = with_seeds(study, study.study.seeds[scale])
+    shared = _ids(main, scale, "pre-ln")
+    assert shared and shared <= _ids(study, scale, "pre-ln")
+    assert not (_ids(main, scale, "sas") & _ids(study, scale))  # the design's own runs are new
+
+
+def test_assessing_post_ln_against_pre_ln_plans_exactly_ln_placements_tuning():
+    main = card_specs(CardRequest("post-ln", against=("pre-ln",), scale="cpu"))[0]
+    study = load_study("ln-placement")
+    assert {r.id for r in tuning_runs(main, ["cpu"])} == {r.id for r in tuning_runs(study, ["cpu"])}
+    assert [list(r.seeds) for r in main.tune.rows] == [[9001, 9002, 9003]]  # the study's rule for post-ln
+
+
+def test_the_ladder_is_climbed_at_smoke_by_default_and_on_request():
+    assert [s.name for s in card_specs(CardRequest("sas", scale="smoke"))] == ["assess-sas", "assess-sas-ladder"]
+    assert [s.name for s in card_specs(CardRequest("sas", scale="cpu"))] == ["assess-sas"]
+    specs = card_specs(CardRequest("sas", scale="cpu", ladder=True))
+    assert specs[1].ladder is not None and set(specs[1].variants) == {"sas", "pre-ln"}
+    hcl = load_study("hyper-connections-ladder")
+    assert _ids(specs[1], "cpu", "pre-ln") <= _ids(hcl, "cpu", "pre-ln")
+
+
+def test_options_make_their_own_card_and_reach_only_the_design():
+    req = CardRequest("hyper-connections", overrides={"model": {"options": {"streams": 2}}}, scale="cpu")
+    main = card_specs(req)[0]
+    assert req.label.startswith("hyper-connections-") and req.label in main.variants
+    runs = tuning_runs(main, ["cpu"])
+    assert {r.config.model.options["streams"] for r in runs if r.variant == req.label} == {2}
+    assert _ids(main, "cpu", "pre-ln") == _ids(card_specs(CardRequest("sas", scale="cpu"))[0], "cpu", "pre-ln")
+
+
+def test_default_baseline_and_seeds():
+    assert CardRequest("sas").baselines == ("pre-ln",)
+    assert CardRequest("pre-ln").baselines == ("post-ln",)
+    assert CardRequest("sas", against=("pre-ln", "post-ln")).baselines == ("pre-ln", "post-ln")
+    assert list(card_specs(CardRequest("sas", scale="cpu"))[0].seeds) == [1337, 42, 123]
+    assert len(card_specs(CardRequest("sas", scale="cpu", seeds=5))[0].seeds) == 5
+
+
+def test_the_claims_of_a_card():
+    ids = [c["id"] for c in card_claims(CardRequest("sas", against=("pre-ln", "post-ln")))]
+    assert ids == ["better-than-pre-ln-L4", "equivalent-to-pre-ln-L4", "better-than-pre-ln-L16",
+                   "equivalent-to-pre-ln-L16", "better-than-post-ln-L4", "equivalent-to-post-ln-L4",
+                   "better-than-post-ln-L16", "equivalent-to-post-ln-L16", "improves-with-depth",
+                   "needs-warmup-L16", "warmup-free-L16"]
+    within = [c for c in card_claims(CardRequest("sas")) if c["op"] == "within"]
+    assert {c["threshold"] for c in within} == {0.02}
+
+
+@pytest.mark.parametrize("req, message", [
+    (CardRequest("no-such-design"), "DESIGN: unknown design 'no-such-design'"),
+    (CardRequest("sas", against=("nope",)), "--against: unknown design 'nope'"),
+    (CardRequest("sas", against=("sas",)), "--against: sas is the design assessed"),
+    (CardRequest("sas", against=("pre-ln", "pre-ln")), "--against: a baseline is named twice"),
+    (CardRequest("sas", scale="huge"), "--scale: 'huge' is not a card scale"),
+    (CardRequest("sas", overrides={"model": {"design": "pre-ln"}}), "--set model.design"),
+])
+def test_bad_requests_are_one_line(req, message):
+    with pytest.raises(ReslabError) as e:
+        check_request(req)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- verdicts --------------------------------------------------------------------------------------
+def _claim(verdict, **kw):
+    return {"verdict": verdict, "estimate": kw.get("estimate", -0.05), "ci_low": -0.07, "ci_high": -0.03,
+            "p_holm": 0.01, "n": 3, "reason": f"because {verdict}"}
+
+
+@pytest.mark.parametrize("better, same, word", [
+    ("reproduced", "inconclusive", "better"),
+    ("reproduced", "reproduced", "better"),
+    ("not reproduced", "inconclusive", "worse"),
+    ("inconclusive", "reproduced", "equivalent"),
+    ("inconclusive", "not reproduced", "inconclusive"),
+    ("inconclusive", "inconclusive", "inconclusive"),
+    ("not tested at this scale", "not tested at this scale", "not tested"),
+])
+def test_three_way_verdicts(better, same, word):
+    assert _three_way(_claim(better), _claim(same)) == word
+
+
+def _row(name, mean, below):
+    return {"variant": name, "n": 3, "best": {"mean": mean, "std": 0.01}, "below_bigram": below,
+            "diverged": 0, "extra": {"lr (tuned)": 3e-3}}
+
+
+def _report(below=0.4, better="reproduced"):
+    table = [_row(f"{v}-depth={d}-warmup={w}", 2.0, below) for v in ("sas", "pre-ln")
+             for d in ("L4", "L16") for w in ("w100", "none")]
+    claims = [dict(_claim(better), id=f"better-than-pre-ln-{d}") for d in ("L4", "L16")]
+    claims += [dict(_claim("inconclusive"), id=f"equivalent-to-pre-ln-{d}") for d in ("L4", "L16")]
+    claims += [dict(_claim("reproduced"), id="improves-with-depth"), dict(_claim("inconclusive"), id="needs-warmup-L16"),
+               dict(_claim("reproduced"), id="warmup-free-L16")]
+    return {"table": table, "claims": claims}
+
+
+def test_a_comparison_gets_its_verdict_and_its_numbers():
+    (c4, c16) = comparison_section(CardRequest("sas"), _report(), is_result=True)
+    assert (c4["depth"], c4["verdict"], c4["estimate"]) == (4, "better", -0.05)
+    assert c4["design_row"]["lr"] == 3e-3 and c16["depth"] == 16
+
+
+def test_no_verdict_where_a_row_is_not_below_the_bigram_bar():
+    (c4, _) = comparison_section(CardRequest("sas"), _report(below=0.2), is_result=True)
+    assert c4["verdict"] == "no verdict" and "0.200 nats below the bigram level" in c4["why"]
+
+
+def test_smoke_states_no_verdict():
+    (c4, _) = comparison_section(CardRequest("sas"), _report(), is_result=False)
+    assert c4["verdict"] == "smoke: not a result"
+    assert depth_section(CardRequest("sas"), _report(), is_result=False)["warmup"] == "smoke: not a result"
+
+
+def test_depth_and_warmup_words():
+    d = depth_section(CardRequest("sas"), _report(), is_result=True)
+    assert d["depth"].startswith("improves with depth")
+    assert d["warmup"].startswith("trains without warmup at 16 layers")
+    assert set(d["rows"]) == {"sas", "pre-ln"} and set(d["rows"]["sas"]) == {"L4-w100", "L4-none", "L16-w100", "L16-none"}
