@@ -1148,6 +1148,37 @@ def cases_study_run(w: World, rng: random.Random) -> list[Case]:
     return cases
 
 
+def cases_assess(w: World, rng: random.Random) -> list[Case]:
+    """`reslab assess`: the design, the baselines, the scale, the design's --set, the store."""
+    cases = []
+
+    def case(extra, note, design="sas"):
+        store = w.fresh("store")
+        return Case("assess", ["assess", design, "--scale", "smoke", *extra, "--store", store], note,
+                    absent=(store,))
+
+    for n in ("bogus", "", "../presets/tiny", "pre ln"):
+        cases.append(case([], f"design {n!r}", n))
+    for value in ("bogus", "", ",", "pre-ln,", "pre-ln,pre-ln", "sas", "pre-ln,nope", " , "):
+        cases.append(case(["--against", value], f"--against {value!r}"))
+    for extra, note in sweep_flag_faults(True)[:4] + sweep_flag_faults(True)[6:] + [
+            (["--scale", "nope"], "--scale nope"), (["--scale", ""], "--scale empty"),
+            (["--scale", "paper-124m"], "--scale paper-124m (not a card scale)")]:
+        if "--executor" not in extra[0]:
+            cases.append(case(extra, note))
+    cases.append(case(["--set", "model.design=post-ln"], "--set model.design"))
+    cases.append(case(["--set", "model.options.bogus=1"], "--set an option the design does not have"))
+    for item, note in set_faults(rng, RANDOM_CASES // 2 + 50, FREE_RUN_FIELDS):
+        cases.append(case(["--set", item], note))
+    for store, note in ((str(w.file), "store is a file"), (str(w.file / "s"), "store under a file"),
+                        ("", "empty store")):
+        cases.append(Case("assess", ["assess", "sas", "--scale", "smoke", "--store", store], note))
+    cases += argparse_faults("assess", ["assess", "sas", "--scale", "smoke", "--store", w.fresh("store")],
+                             ["--scale", "--seeds", "--set", "--against", "--jobs", "--stack", "--stack-size",
+                              "--store"], rng, 40)
+    return cases
+
+
 def simple_cases(verb: list[str], rng: random.Random, flags: list[str]) -> list[Case]:
     return argparse_faults(" ".join(verb), verb, flags, rng, MIN_CASES)
 
@@ -1205,6 +1236,7 @@ def all_cases(w: World) -> dict[str, list[Case]]:
         "report": cases_report(w, rng),
         "study spec": cases_study_spec(w, rng),
         "study run": cases_study_run(w, rng),
+        "assess": cases_assess(w, rng),
     }
 
 
@@ -1213,6 +1245,7 @@ CONTROLS = {  # the fuzz's base invocations, without a fault: each must get as f
     "probe": lambda w: (probe_argv() + ["--out", w.fresh()], "probe"),
     "sweep run": lambda w: (["sweep", "run", w.spec_file, "--store", w.fresh("store")], "sweep"),
     "study run": lambda w: (["study", "run", STUDY, "--store", w.fresh("store")], "sweep"),
+    "assess": lambda w: (["assess", "sas", "--scale", "smoke", "--store", w.fresh("store")], "sweep"),
 }
 
 

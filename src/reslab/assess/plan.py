@@ -208,5 +208,27 @@ def card_specs(req: CardRequest) -> list[SweepSpec]:
         if req.scale not in data.get("scales", {}):
             raise ReslabError(f"--scale {req.scale}: the card's {data['name']} sweep has no such scale "
                               f"(it has {', '.join(data.get('scales', {}))})")
+        _only_scale(data, req.scale)
         out.append(_seeded(parse_spec(data, where=data["name"]), req))
     return out
+
+
+def _only_scale(data: dict, scale: str) -> None:
+    """A card runs at one scale: the other scales' tables go (a run's identity is its resolved config,
+    which they never enter), so planning and checking the card expands this scale's runs only."""
+    for key in ("scales", "scale_presets", "scale_grid", "scale_variants"):
+        if isinstance(data.get(key), dict):
+            data[key] = {k: v for k, v in data[key].items() if k == scale}
+    data["default_scales"] = [scale]
+    study = data.get("study") or {}
+    for key in ("seeds", "estimates"):
+        if isinstance(study.get(key), dict):
+            study[key] = {k: v for k, v in study[key].items() if k == scale}
+    ladder = data.get("ladder")
+    if isinstance(ladder, dict):
+        for key in ("scale_rungs", "scale_tokens_per_param"):
+            if isinstance(ladder.get(key), dict):
+                ladder[key] = {k: v for k, v in ladder[key].items() if k == scale}
+    tune = data.get("tune")
+    if isinstance(tune, dict) and isinstance(tune.get("scales"), list) and scale not in tune["scales"]:
+        del data["tune"]
