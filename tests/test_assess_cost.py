@@ -137,6 +137,7 @@ def test_time_rounds_warms_once_and_rotates():
     ({"pre-ln": tiny()}, "pre-ln", {"rounds": 0}, "rounds must be a whole number >= 1, got 0"),
     ({"pre-ln": tiny()}, "pre-ln", {"warmup": -1}, "warmup must be a whole number >= 0, got -1"),
     ({"pre-ln": tiny()}, "pre-ln", {"batch_size": 0}, "batch_size must be a whole number >= 1, got 0"),
+    ({"pre-ln": tiny()}, "pre-ln", {"seed": -1}, "seed must be a whole number >= 0, got -1"),
     ({"pre-ln": tiny()}, "pre-ln", {"threads": 0}, "threads must be a whole number >= 1 or None, got 0"),
     ({"pre-ln": tiny()}, "pre-ln", {"device": "tpu"}, "device must be 'cpu' or 'cuda[:n]', got 'tpu'"),
     ({"pre-ln": tiny(), "long": tiny(block_size=32)}, "pre-ln", {}, "must share block_size and vocab_size"),

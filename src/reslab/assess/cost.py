@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 
@@ -145,7 +146,7 @@ def peak_step_bytes(t: Trainee, x: torch.Tensor, y: torch.Tensor) -> int:
     return torch.cuda.max_memory_allocated() - before
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise ReslabError(f"measure_cost: {message}")
 
 
