@@ -28,6 +28,7 @@ import time
 import torch
 
 import reslab
+from reslab.assess.cost import forward_backward, round_order, saved_bytes
 
 ROWS = {  # label -> (design, config overrides)
     "pre-ln": ("pre-ln", {}),
@@ -46,23 +47,6 @@ ROWS = {  # label -> (design, config overrides)
 }
 
 
-def saved_bytes(model, idx) -> int:
-    """Bytes of every distinct storage autograd saves during one forward (the activations)."""
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        if t.device.type != "meta":
-            storage = t.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        _, loss = model(idx, idx)
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-    return sum(seen.values())
-
-
 def measure(depths, width, batch, context, steps, rounds, device, labels, timed=True):
     torch.manual_seed(0)
     idx = torch.randint(0, 65, (batch, context), generator=torch.Generator().manual_seed(1)).to(device)
@@ -74,24 +58,17 @@ def measure(depths, width, batch, context, steps, rounds, device, labels, timed=
             models[label] = reslab.build_model(design, n_layer=depth, n_embd=width, n_head=4,
                                                block_size=context, vocab_size=65, dropout=0.0, seed=0,
                                                **over).to(device).train()
-        row = {label: {"saved_mib": saved_bytes(m, idx) / 2 ** 20} for label, m in models.items()}
+        row = {label: {"saved_mib": saved_bytes(m, idx, idx) / 2 ** 20} for label, m in models.items()}
         times = {label: [] for label in labels}
         for r in range(rounds if timed else 0):
-            order = labels[r % len(labels):] + labels[:r % len(labels)]
-            for label in order:
+            for label in round_order(labels, r):
                 m = models[label]
                 if device.startswith("cuda"):
                     torch.cuda.reset_peak_memory_stats()
                 for s in range(steps + 1):
-                    if device.startswith("cuda"):
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    _, loss = m(idx, idx)
-                    loss.backward()
-                    if device.startswith("cuda"):
-                        torch.cuda.synchronize()
+                    seconds = forward_backward(m, idx, idx)
                     if s:  # the first step of a round warms caches
-                        times[label].append(time.perf_counter() - t0)
+                        times[label].append(seconds)
                     m.zero_grad(set_to_none=True)
                 if device.startswith("cuda"):
                     row[label]["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20

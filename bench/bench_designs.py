@@ -42,6 +42,7 @@ import time
 import torch
 
 import reslab
+from reslab.assess.cost import Trainee, time_rounds
 from reslab.model.registry import get_design
 
 BASELINE = "pre-ln"
@@ -101,17 +102,10 @@ class Row:
     label: str
     design: str
     overrides: dict
-    model: torch.nn.Module | None = None
-    opt: torch.optim.Optimizer | None = None
-    step: int = 0
-    warmed: bool = False
+    trainee: Trainee | None = None  # the model, its optimizer and its timed steps
     params: dict | None = None
     resolved: dict | None = None
     error: str | None = None
-    fwd_bwd: list = dataclasses.field(default_factory=list)   # seconds, every timed step
-    full: list = dataclasses.field(default_factory=list)
-    cpu: list = dataclasses.field(default_factory=list)       # process CPU seconds per full step
-    round_medians: list = dataclasses.field(default_factory=list)  # step ms per round (drift check)
 
 
 def build_row(label: str, design: str, overrides: dict, base: dict, setup: Setup, lr: float) -> Row:
@@ -128,31 +122,13 @@ def build_row(label: str, design: str, overrides: dict, base: dict, setup: Setup
         row.error = f"{type(exc).__name__}: {exc}"
         return row
     model.train()
-    row.model = model
-    row.opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    row.trainee = Trainee.of(model, lr=lr)
     row.params = model.param_counts()
     c = model.config
     row.resolved = {"norm": c.norm, "mlp": c.mlp, "bias": c.bias, "init": c.init, "attn_res": c.attn_res,
                     "ffn_res": c.ffn_res, "shaped_attention": c.shaped_attention,
                     "vp_identity": c.vp_identity, "norm_free": c.options.get("norm_free", False), "prores": c.prores}
     return row
-
-
-def train_step(row: Row, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
-    """One optimizer step; returns (fwd+bwd s, fwd+bwd+opt s, process CPU s of the whole step)."""
-    model, opt = row.model, row.opt
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    _, loss = model(x, y)
-    loss.backward()
-    t1 = time.perf_counter()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    model.after_optimizer_step()  # nGPT: weights back onto the sphere (a no-op for other designs)
-    row.step += 1
-    model.set_step(row.step)  # ProRes alphas, as a training loop would (a no-op without ProRes)
-    t2 = time.perf_counter()
-    return t1 - t0, t2 - t0, time.process_time() - c0
 
 
 def run_setup(setup: Setup, labels: list[str], args, log) -> dict:
@@ -169,36 +145,18 @@ def run_setup(setup: Setup, labels: list[str], args, log) -> dict:
             log(f"  ! {r.label}: {r.error}")
 
     t_start = time.perf_counter()
-    for rnd in range(args.rounds):
-        k = rnd % max(len(live), 1)
-        order = live[k:] + live[:k]  # rotate so no design always runs first / last
-        for row in order:
-            gc.collect()
-            gc.disable()
-            try:
-                if not row.warmed:
-                    for _ in range(args.warmup):
-                        train_step(row, x, y)
-                    row.warmed = True
-                this_round = []
-                for _ in range(args.steps):
-                    fb, full, cpu = train_step(row, x, y)
-                    row.fwd_bwd.append(fb)
-                    row.full.append(full)
-                    row.cpu.append(cpu)
-                    this_round.append(full)
-                row.round_medians.append(1e3 * statistics.median(this_round))
-            finally:
-                gc.enable()
-        log(f"  round {rnd + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)")
+    time_rounds([r.trainee for r in live], x, y, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
+                after_round=lambda rnd: log(f"  round {rnd + 1}/{args.rounds} done "
+                                            f"({time.perf_counter() - t_start:.0f} s)"))
 
     tokens = args.batch * args.context
     results = []
     for row in rows:
         res = {"label": row.label, "design": row.design, "overrides": row.overrides, "error": row.error}
         if row.error is None:
-            fb = sorted(row.fwd_bwd)
-            full = sorted(row.full)
+            t = row.trainee
+            fb = sorted(t.fwd_bwd)
+            full = sorted(t.full)
             step_ms = 1e3 * statistics.median(full)
             res.update({
                 "resolved": row.resolved,
@@ -210,13 +168,13 @@ def run_setup(setup: Setup, labels: list[str], args, log) -> dict:
                 "tokens_per_s": tokens / (step_ms / 1e3),
                 "step_ms_min": 1e3 * full[0],
                 "step_ms_max": 1e3 * full[-1],
-                "step_ms_round_medians": row.round_medians,
+                "step_ms_round_medians": t.round_medians,
                 # CPU time of all threads: less sensitive than wall time to other processes' load
-                "step_cpu_ms": 1e3 * statistics.median(row.cpu),
+                "step_cpu_ms": 1e3 * statistics.median(t.cpu),
                 "n_samples": len(full),
             })
         results.append(res)
-        row.model = row.opt = None
+        row.trainee = None
     base_res = next((r for r in results if r["label"] == BASELINE and r["error"] is None), None)
     for r in results:
         if r["error"] is None and base_res is not None:

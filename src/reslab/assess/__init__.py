@@ -1,0 +1,1 @@
+"""The design report card (`reslab assess DESIGN`)."""
