@@ -3,6 +3,7 @@ run folders (no training)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -189,8 +190,28 @@ def test_colors_stable_and_distinct():
     assert a == b and list(a) == many
     assert len(set(a.values())) == 25
     assert plots.variant_colors(["x", "y", "x"]) == {"x": a["v0"], "y": a["v1"]}
-    assert a["v0"] == "#1f77b4"  # tab10 first
+    assert a["v0"] == "#1f77b4"  # tab10's blue first, as before
     assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in a.values())
+
+
+def _rgb_gap(colors: dict[str, str]) -> tuple[float, tuple[str, str]]:
+    """The smallest RGB distance (0-255 per channel) between two variants' colours, and the pair."""
+    rgb = {v: [int(c[i:i + 2], 16) for i in (1, 3, 5)] for v, c in colors.items()}
+    return min((math.dist(rgb[a], rgb[b]), (a, b)) for a, b in itertools.combinations(rgb, 2))
+
+
+def test_colors_far_apart_for_every_study():
+    """Every pair of variants in a report gets colours a reader tells apart: at least 90 apart in RGB
+    for any list of up to 12 (every built-in study's variants, its cpu rows), 140 for up to 5."""
+    from reslab.studies import load_study, study_names
+
+    lists = {name: list(load_study(name).variants) for name in study_names()}
+    lists["partial-residual cpu rows"] = ["full", "attn-only", "ffn-only", "attn-only-nanogpt", "none"]
+    lists["twelve"] = [f"v{i}" for i in range(12)]
+    for name, variants in lists.items():
+        assert 2 <= len(variants) <= 12, name
+        gap, pair = _rgb_gap(plots.variant_colors(variants))
+        assert gap >= (140 if len(variants) <= 5 else 90), f"{name}: {pair} only {gap:.0f} apart"
 
 
 def test_spike_indices_match_spike_score():
