@@ -268,16 +268,16 @@ def test_reference_levels_and_smoke_scale_from_the_dict(report_folder):
     report["runs"][0]["not_learned_beyond_bigram"] = True
     md = render.render_markdown(report)
     assert "| below bigram | Δ vs baseline |" in md
-    assert "| 13.60 | -0.1243 (not learned beyond bigram) | baseline |" in md
-    assert "| 16.50 | +0.2500 | +0.1950 (+7.47%) |" in md
-    assert "| 15.00 | — | +0.1000 (+3.83%) |" in md  # no value: no mark
+    assert "| [2.5600, 2.6600] | -0.1243 (not learned beyond bigram) | baseline |" in md
+    assert "| n<3: no interval | +0.2500 | +0.1950 (+7.47%) | 0.0247 |" in md
+    assert "| n<3: no interval | — | +0.1000 (+3.83%) | — |" in md  # no value: no mark
     assert "2.6000 (not learned beyond bigram)" in md
     assert "Reference levels: unigram 3.3473 nats, bigram 2.4857 nats: the count models." in md
     assert "0.0247" in md  # a result: the p-value shows
     # no is_result key: the scale decides (spec.schema.is_result_scale), and smoke hides every test
     report["spec"]["scale"] = "smoke"
     md = render.render_markdown(report)
-    assert md.split("\n\n")[1].startswith("smoke: not a result")
+    assert md.split("\n\n")[2] == "smoke: not a result"  # the headline, under the scale line
     assert "0.0247" not in md and "1.23" not in md and "paired t" not in md
     report["is_result"] = True  # an explicit flag wins
     assert "0.0247" in render.render_markdown(report)
@@ -289,7 +289,7 @@ def test_html_self_contained(report_folder):
     page = render.render_html(report, folder)
     assert render.check_html(page) == []
     assert "http" not in page.lower()
-    assert page.count("<table>") == 5  # main, per seed, published, missing, diverged/failed
+    assert page.count("<table>") == 6  # main, more columns, per seed, published, missing, diverged/failed
     for v in VARIANTS:
         assert f"<td>{v}" in page
     assert page.count('src="data:image/png;base64,') == len(report["figures"]) == 5
@@ -351,7 +351,7 @@ def test_html_in_headless_browser(report_folder):
     paths = render.write_report(report, folder)
     dom = chromium(exe, "--dump-dom", paths["html"].as_uri(), timeout=SAFETY_NET_S).stdout
     page = paths["html"].read_text()
-    assert dom.count("<table>") == page.count("<table>") == 5
+    assert dom.count("<table>") == page.count("<table>") == 6
     assert dom.count("data:image/png;base64,") == len(report["figures"])
     for v in VARIANTS:
         assert f"<td>{v}" in dom
