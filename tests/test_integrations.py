@@ -794,7 +794,8 @@ def _render(exe: str, html: Path, tmp: Path) -> tuple[np.ndarray, dict]:
     from PIL import Image
 
     probe = html.with_name(html.stem + "-probe.html")
-    probe.write_text(html.read_text(encoding="utf-8").replace("</body>", BOX_SCRIPT + "</body>"), encoding="utf-8")
+    page = html.read_text(encoding="utf-8").replace("<details>", "<details open>")  # folded tables are checked too
+    probe.write_text(page.replace("</body>", BOX_SCRIPT + "</body>"), encoding="utf-8")
     width = 1200
     dump = chromium(exe, f"--window-size={width},900", "--dump-dom", probe.as_uri())
     found = re.search(r'<pre id="reslab-boxes"[^>]*>(.*?)</pre>', dump.stdout, re.S)
@@ -819,10 +820,10 @@ def test_report_renders_every_table_and_figure_in_headless_chromium(tmp_path):
     report, out = build_report(_report_store(tmp_path), "vis", out_dir=tmp_path / "report", probe=False)
     html = write_report(report, out)["html"]
     titles = [f["title"] for f in report["figures"]]
-    assert len(titles) == 5 and html.read_text().count("<table>") == 4
+    assert len(titles) == 5 and html.read_text().count("<table>") == 5  # with the folded "more columns"
 
     shot, boxes = _render(exe, html, tmp_path)
-    assert [b["alt"] for b in boxes["images"]] == titles and len(boxes["tables"]) == 4
+    assert [b["alt"] for b in boxes["images"]] == titles and len(boxes["tables"]) == 5
     bottom = max(b["y"] + b["h"] for b in boxes["images"] + boxes["tables"])
     assert shot.shape[1] == boxes["width"] and shot.shape[0] >= bottom
 
@@ -839,7 +840,7 @@ def test_report_renders_every_table_and_figure_in_headless_chromium(tmp_path):
     hidden = html.with_name("hidden.html")
     hidden.write_text(html.read_text().replace("</head>", "<style>img,table{visibility:hidden}</style></head>"))
     shot, boxes = _render(exe, hidden, tmp_path)
-    assert len(_invisible(shot, boxes, figures)) == 5 + 4
+    assert len(_invisible(shot, boxes, figures)) == 5 + 5
 
 
 def test_hf_corpus_local_folder_read_by_datasets_is_prepared_again_when_its_files_change(tmp_path, hf_offline):

@@ -248,7 +248,7 @@ def test_rows_get_below_bigram_and_the_flag(tmp_path):
 
     md = render_markdown(report)
     main = md.split("## Results")[1].split("\n\n")[1]
-    assert main.splitlines()[0].split(" | ")[5] == "below bigram"
+    assert main.splitlines()[0].split(" | ")[4] == "below bigram"
     none_row = next(l for l in main.splitlines() if l.startswith("| none"))
     assert f"{bigram - (outcomes['none'][1] + outcomes['none'][2]) / 2:+.4f} (not learned beyond bigram)" in none_row
     assert "not learned beyond bigram" not in next(l for l in main.splitlines() if l.startswith("| mixed"))
@@ -278,7 +278,7 @@ def test_missing_data_is_one_note_and_no_values(tmp_path):
     md = render_markdown(report)
     assert md.count("Reference levels") == 1 and "Reference levels: not available (" in md
     main = md.split("## Results")[1].split("\n\n")[1]
-    assert all(l.split(" | ")[5] == "—" for l in main.splitlines()[2:])
+    assert all(l.split(" | ")[4] == "—" for l in main.splitlines()[2:])
     assert write_report(report, out)["json"].is_file()
     assert "reference levels: not available" in summary_lines(report)[1]
 
@@ -299,20 +299,22 @@ def test_smoke_scale_is_never_a_result(tmp_path, monkeypatch):
     assert rows["none"]["diff"] == pytest.approx(2.15 - 1.05)  # differences stay, tests do not
     md = render_markdown(report)
     paragraphs = [p for p in md.split("\n\n") if not p.startswith(("#", "|", "!", "-"))]
-    assert paragraphs[0].startswith("smoke: not a result")
-    main = md.split("## Results")[1].split("\n\n")[1]
+    assert paragraphs[1] == "smoke: not a result"  # the headline, under the scale line
+    main, _, _, more = md.split("## Results")[1].split("\n\n")[1:5]  # table, collapse rule, more columns
     none_row = next(l for l in main.splitlines() if l.startswith("| none")).split(" | ")
-    assert none_row[7:10] == ["—", "—", "—"]  # test, p (Holm), Hedges' g
+    assert none_row[6] == "—"  # p (Holm)
+    none_more = next(l for l in more.splitlines() if l.startswith("| none")).split(" | ")
+    assert none_more[3:8] == ["—", "—", "—", "—", "—"]  # test, t, df, p, Hedges' g
     assert "p-value" in md and "nothing is a result" in md
     page = render_html(report, out)
-    assert page.split("<p>")[1].startswith("smoke: not a result")
+    assert page.split('<p class="counts">')[1].startswith("smoke: not a result")
     assert "smoke: not a result" in summary_lines(report)[0]
     (tmp_path / "t").mkdir()
     tiny_store, _ = _store(tmp_path / "t", outcomes, scale="tiny")
     tiny, _ = build_report(tiny_store, "ref", out_dir=tmp_path / "t" / "r", probe=False)
     assert tiny["is_result"] is True and tiny["claims"] == [{"id": "x", "verdict": "supported"}]
     assert {r["variant"]: r["test"]["test"] for r in tiny["table"] if r["test"]} == {"none": "paired"}
-    assert "smoke" not in tiny["title"] and not render_markdown(tiny).split("\n\n")[1].startswith("smoke")
+    assert "smoke" not in tiny["title"] and "smoke: not a result" not in render_markdown(tiny)
 
 
 def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
@@ -348,7 +350,7 @@ def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
                                                             "path"} for r in c["runs"])
     assert report["figures"][-1] == {"title": "Loss against learning rate", "file": "lr.png"}
     headings = [l for l in render_markdown(report).splitlines() if l.startswith("## ")]
-    assert headings[:4] == ["## Learning rate", "## Results", "## Claims", "## Best val loss per seed"]
+    assert headings[:4] == ["## Results", "## Claims", "## Best val loss per seed", "## Learning rate"]
 
 
 # ---- the figure ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ run folders (no training)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -189,8 +190,28 @@ def test_colors_stable_and_distinct():
     assert a == b and list(a) == many
     assert len(set(a.values())) == 25
     assert plots.variant_colors(["x", "y", "x"]) == {"x": a["v0"], "y": a["v1"]}
-    assert a["v0"] == "#1f77b4"  # tab10 first
+    assert a["v0"] == "#1f77b4"  # tab10's blue first, as before
     assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in a.values())
+
+
+def _rgb_gap(colors: dict[str, str]) -> tuple[float, tuple[str, str]]:
+    """The smallest RGB distance (0-255 per channel) between two variants' colours, and the pair."""
+    rgb = {v: [int(c[i:i + 2], 16) for i in (1, 3, 5)] for v, c in colors.items()}
+    return min((math.dist(rgb[a], rgb[b]), (a, b)) for a, b in itertools.combinations(rgb, 2))
+
+
+def test_colors_far_apart_for_every_study():
+    """Every pair of variants in a report gets colours a reader tells apart: at least 90 apart in RGB
+    for any list of up to 12 (every built-in study's variants, its cpu rows), 140 for up to 5."""
+    from reslab.studies import load_study, study_names
+
+    lists = {name: list(load_study(name).variants) for name in study_names()}
+    lists["partial-residual cpu rows"] = ["full", "attn-only", "ffn-only", "attn-only-nanogpt", "none"]
+    lists["twelve"] = [f"v{i}" for i in range(12)]
+    for name, variants in lists.items():
+        assert 2 <= len(variants) <= 12, name
+        gap, pair = _rgb_gap(plots.variant_colors(variants))
+        assert gap >= (140 if len(variants) <= 5 else 90), f"{name}: {pair} only {gap:.0f} apart"
 
 
 def test_spike_indices_match_spike_score():
@@ -247,16 +268,16 @@ def test_reference_levels_and_smoke_scale_from_the_dict(report_folder):
     report["runs"][0]["not_learned_beyond_bigram"] = True
     md = render.render_markdown(report)
     assert "| below bigram | Δ vs baseline |" in md
-    assert "| 13.60 | -0.1243 (not learned beyond bigram) | baseline |" in md
-    assert "| 16.50 | +0.2500 | +0.1950 (+7.47%) |" in md
-    assert "| 15.00 | — | +0.1000 (+3.83%) |" in md  # no value: no mark
+    assert "| [2.5600, 2.6600] | -0.1243 (not learned beyond bigram) | baseline |" in md
+    assert "| n<3: no interval | +0.2500 | +0.1950 (+7.47%) | 0.0247 |" in md
+    assert "| n<3: no interval | — | +0.1000 (+3.83%) | — |" in md  # no value: no mark
     assert "2.6000 (not learned beyond bigram)" in md
     assert "Reference levels: unigram 3.3473 nats, bigram 2.4857 nats: the count models." in md
     assert "0.0247" in md  # a result: the p-value shows
     # no is_result key: the scale decides (spec.schema.is_result_scale), and smoke hides every test
     report["spec"]["scale"] = "smoke"
     md = render.render_markdown(report)
-    assert md.split("\n\n")[1].startswith("smoke: not a result")
+    assert md.split("\n\n")[2] == "smoke: not a result"  # the headline, under the scale line
     assert "0.0247" not in md and "1.23" not in md and "paired t" not in md
     report["is_result"] = True  # an explicit flag wins
     assert "0.0247" in render.render_markdown(report)
@@ -268,7 +289,7 @@ def test_html_self_contained(report_folder):
     page = render.render_html(report, folder)
     assert render.check_html(page) == []
     assert "http" not in page.lower()
-    assert page.count("<table>") == 5  # main, per seed, published, missing, diverged/failed
+    assert page.count("<table>") == 6  # main, more columns, per seed, published, missing, diverged/failed
     for v in VARIANTS:
         assert f"<td>{v}" in page
     assert page.count('src="data:image/png;base64,') == len(report["figures"]) == 5
@@ -330,7 +351,7 @@ def test_html_in_headless_browser(report_folder):
     paths = render.write_report(report, folder)
     dom = chromium(exe, "--dump-dom", paths["html"].as_uri(), timeout=SAFETY_NET_S).stdout
     page = paths["html"].read_text()
-    assert dom.count("<table>") == page.count("<table>") == 5
+    assert dom.count("<table>") == page.count("<table>") == 6
     assert dom.count("data:image/png;base64,") == len(report["figures"])
     for v in VARIANTS:
         assert f"<td>{v}" in dom

@@ -30,16 +30,24 @@ STEP_LABEL = "step (optimizer updates)"
 
 
 # ---- colours -------------------------------------------------------------------------------------
+# Twelve line colours in an order where each next one is far from all before it, so that a report's
+# first few variants (most have 2 to 6) never get neighbouring hues: tab10's orange and red, given to
+# attn-only and attn-only-nanogpt, read as one line where the curves overlap. Every pair of the twelve
+# is at least 93 apart in RGB (0-255 per channel), any five at least 143. No grey: the reference
+# levels are drawn in grey. Black stays: those lines are dashed and labelled.
+DISTINCT = ("#1f77b4", "#ff7f0e", "#2ca02c", "#e7298a", "#000000", "#8c564b",
+            "#66ccee", "#9467bd", "#bcbd22", "#d62728", "#f781bf", "#00008b")
+
+
 def _palette() -> list[str]:
-    """tab10, then the tab20 shades not in tab10, then tab20b and tab20c (distinct up to 60)."""
-    out: list[str] = []
-    names = ("tab10", "tab20", "tab20b", "tab20c")
-    for name in names:
+    """DISTINCT, then the tab10 / tab20 / tab20b / tab20c shades not in it (distinct up to 60)."""
+    out: list[str] = list(DISTINCT)
+    for name in ("tab10", "tab20", "tab20b", "tab20c"):
         for c in colormaps[name].colors:
             h = to_hex(c)
             if h not in out:
                 out.append(h)
-    return out
+    return out[:60]
 
 
 def variant_colors(variants: list[str]) -> dict[str, str]:
