@@ -44,8 +44,9 @@ def _row(report: dict, variant: str, depth: str, warmup: str) -> dict | None:
 
 def _row_summary(row: dict | None) -> dict:
     if row is None:
-        return {"n": 0, "mean": None, "std": None, "lr": None, "below_bigram": None, "diverged": 0}
+        return {"n": 0, "mean": None, "std": None, "values": [], "lr": None, "below_bigram": None, "diverged": 0}
     return {"n": row["n"], "mean": row["best"]["mean"], "std": row["best"].get("std"),
+            "values": list(row["best"].get("values") or []),
             "lr": (row.get("extra") or {}).get("lr (tuned)"),
             "below_bigram": row.get("below_bigram"), "diverged": row.get("diverged", 0)}
 
@@ -170,11 +171,11 @@ def headline(card: dict) -> dict:
                 numbers += f" [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
             if _finite(c.get("p_holm")):
                 numbers += f", Holm p {c['p_holm']:.2g}"
-        what = {"better": "better than", "worse": "worse than", "equivalent": "equivalent to"}.get(word, f"{word} vs")
-        lines.append({"verdict": word, "text": f"{what} {c['baseline']} at {c['depth']} layers{numbers}"})
+        within = f" (within ±{EQUIVALENCE:g} nats)" if word == "equivalent" else ""
+        lines.append({"verdict": word, "text": f"vs {c['baseline']} at {c['depth']} layers{within}{numbers}"})
     d = card["depth"]
-    lines.append({"verdict": "depth", "text": f"depth: {d['depth']}"})
-    lines.append({"verdict": "warmup", "text": f"warmup: {d['warmup']}"})
+    lines.append({"verdict": "depth", "text": d["depth"]})
+    lines.append({"verdict": "warmup", "text": d["warmup"]})
     if card.get("ladder") and card["ladder"].get("trends"):
         for t in card["ladder"]["trends"]:
             lines.append({"verdict": "trend", "text": t})
@@ -219,6 +220,7 @@ def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost:
                folder, wall_s: float | None = None, results=None) -> dict:
     from ..probe.plots import plot_all
     from ..spec.schema import NOT_A_RESULT, is_result_scale
+    from .figure import FIGURE, draw_card_figure
     from .signal import signal_summary
 
     main = reports[0]
@@ -249,6 +251,11 @@ def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost:
         "wall_s": wall_s,
         "runs": {k: sum(r.count(k) for r in results or []) for k in ("completed", "diverged", "failed")},
     }
+    depth_rows = card["depth"]["rows"]
+    if draw_card_figure(depth_rows, {d: {k: r["values"] for k, r in rows.items()} for d, rows in depth_rows.items()},
+                        reference.get("bigram"), Path(folder) / FIGURE):
+        card["figures"].insert(0, {"title": "The comparison: every row of every design at its own tuned rate",
+                                   "file": FIGURE})
     if card["ladder"]:
         card["ladder"]["figures"] = [{"title": f["title"], "file": f"sweeps/{specs[1].name}/{f['file']}"}
                                      for f in card["ladder"]["figures"]]

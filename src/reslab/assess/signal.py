@@ -117,6 +117,7 @@ def signal_summary(by_mode: dict[str, tuple[list[dict], dict]]) -> dict:
         for v in slopes.values():
             v["reading"] = reading(v["last_w2_grad~depth"], pre, post)
         out["modes"][mode] = {"designs": slopes, "skipped": skipped, "deepest": deepest,
+                              "seeds": len({r["seed"] for r in rows}),
                               "depths": sorted({r["depth"] for r in rows})}
     return out
 
