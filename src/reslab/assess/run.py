@@ -58,13 +58,24 @@ class CardPlan:
             out.append(f"  sweep {line.name}: {line.tuning} tuning + {line.later or line.runs - line.tuning} "
                        f"comparison runs{more}; {line.finished} already in the store; {cost}")
         if not any(s.ladder for s in self.specs):
-            out.append("  ladder: not climbed (add --ladder: the width ladder of hyper-connections-ladder, "
-                       "about 45 min more at cpu scale)")
+            out.append(f"  ladder: not climbed (add --ladder: the width ladder of hyper-connections-ladder"
+                       f"{self._ladder_cost(req, jobs)})")
         out.append(f"  then: signal propagation at init (depths {', '.join(map(str, self._probe_depths(req)))}), "
                    "cost ratios (seconds), the card")
         if total_minutes:
             out.append(f"  estimate: about {total_minutes:.0f} min in all on a 2-core CPU")
         return out
+
+    @staticmethod
+    def _ladder_cost(req: CardRequest, jobs: int) -> str:
+        """What --ladder would add, from the ladder study's own estimate (every run counted)."""
+        ladder = card_specs(dataclasses.replace(req, ladder=True))[1]
+        est = ladder.study.estimates.get(req.scale) if ladder.study else None
+        if est is None or est.cpu_minutes is None:
+            return ""
+        runs, later = all_planned(ladder, [req.scale])
+        minutes = est.cpu_minutes / est.runs * est.jobs / jobs * (len(runs) + later)
+        return f", {len(runs) + later} runs, about {minutes:.0f} min more on a 2-core CPU"
 
     @staticmethod
     def _probe_depths(req: CardRequest) -> tuple:
