@@ -142,3 +142,21 @@ def test_depth_and_warmup_words():
     assert d["depth"].startswith("improves with depth")
     assert d["warmup"].startswith("trains without warmup at 16 layers")
     assert set(d["rows"]) == {"sas", "pre-ln"} and set(d["rows"]["sas"]) == {"L4-w100", "L4-none", "L16-w100", "L16-none"}
+
+
+def test_the_lr_and_stability_tables_render_from_a_card_read_back_from_json():
+    import json
+
+    from reslab.assess.render import _lr_blocks, _stability_blocks
+
+    card = {"lr": {"values": [1e-3, 3e-3], "sensitivity": {"sas": {"mean": 0.12, "rows": 4}}, "cap": 3.35,
+                   "rows": [{"name": "sas-depth=L4-warmup=w100", "curve": {1e-3: 2.1, 3e-3: 2.0}, "chosen": 3e-3}]},
+            "stability": {"rule": "r", "designs": {"sas": {"runs": 2, "diverged": 1, "plateau": 0, "spikes": 3,
+                                                           "stable_lrs": [1e-3],
+                                                           "by_lr": {1e-3: {"runs": 1, "diverged": 0, "plateau": 0, "spikes": 3},
+                                                                     3e-3: {"runs": 1, "diverged": 1, "plateau": 0, "spikes": 0}}}}}}
+    for c in (card, json.loads(json.dumps(card))):  # float keys, then the text keys of card.json
+        (_, _, table) = _lr_blocks(c)[:3]
+        assert table[2] == [["sas-depth=L4-warmup=w100", "2.1000", "2.0000", "0.003"]]
+        (_, _, stab) = _stability_blocks(c)
+        assert stab[2] == [["sas", "2", "1", "0", "3", "0.001", "0.001: 1 runs, 3 spikes; 0.003: 1 runs, 1 diverged"]]

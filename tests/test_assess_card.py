@@ -110,3 +110,31 @@ def test_a_bad_request_is_one_line_and_writes_nothing(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "--against: mix-pre-post is the design assessed" in proc.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_a_result_cards_counts_and_lines_are_on_the_first_screen(card, tmp_path):
+    """The same card as a result would read (verdicts and counts in its headline), rendered again."""
+    import shutil
+
+    from reslab.assess.card import headline
+    from reslab.assess.render import write_card
+
+    exe = chromium_or_skip()
+    _, _, data, folder = card
+    copy = tmp_path / "card"
+    shutil.copytree(folder, copy)
+    data = dict(data, is_result=True, title="Design card: mix-pre-post (cpu scale)")
+    data["comparison"] = [dict(c, verdict=v, estimate=e, ci_low=e - 0.01, ci_high=e + 0.01, p_holm=0.01)
+                          for c, v, e in zip(data["comparison"], ("better", "equivalent"), (-0.031, 0.004))]
+    data["depth"] = dict(data["depth"], depth="improves with depth (16 layers below 4)",
+                         warmup="trains without warmup at 16 layers (within ±0.02 nats of with it)")
+    data["headline"] = headline(data)
+    assert data["headline"]["counts"] == {"better": 1, "equivalent": 1}
+    paths = write_card(data, copy)
+    needles = ["1 better · 1 equivalent"] + [ln["text"] for ln in data["headline"]["lines"]]
+    assert "vs pre-ln at 4 layers: -0.031 nats [-0.041, -0.021], Holm p 0.01" in needles
+    got = _layout(exe, paths["html"], needles, tmp_path)
+    for needle in needles:
+        b = got["needles"][needle]
+        assert b is not None and b["bottom"] <= 900 and b["right"] <= 1400, (needle, b)
+    assert got["images"][0]["bottom"] <= 900 and all(i["natural"] > 0 for i in got["images"])

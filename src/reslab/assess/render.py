@@ -79,8 +79,9 @@ def _lr_blocks(card: dict) -> list[tuple]:
         return [("h2", "3. Loss against learning rate"), ("p", "No tuning at this scale: every row ran at the "
                                                                "regime's one learning rate.")]
     values = lr["values"]
-    rows = [[r["name"]] + [_f(r["curve"].get(float(v))) for v in values] + [_f(r.get("chosen"), "{:g}")]
-            for r in lr["rows"]]
+    curves = [{float(k): m for k, m in r["curve"].items()} for r in lr["rows"]]  # JSON keys are text
+    rows = [[r["name"]] + [_f(c.get(float(v))) for v in values] + [_f(r.get("chosen"), "{:g}")]
+            for r, c in zip(lr["rows"], curves)]
     b = [("h2", "3. Loss against learning rate"),
          ("p", "Best validation loss of each row's tuning run at each learning rate (tuning seed 9001; "
                "each row then trains its comparison seeds at the rate with the lowest loss)."),
@@ -151,11 +152,12 @@ def _stability_blocks(card: dict) -> list[tuple]:
     st = card["stability"]
     rows = []
     for design, d in st["designs"].items():
-        by = "; ".join(f"{lr:g}: {c['runs']} runs" + (f", {c['diverged']} diverged" if c["diverged"] else "")
+        # float(lr): a card read back from card.json has its rates as text keys
+        by = "; ".join(f"{float(lr):g}: {c['runs']} runs" + (f", {c['diverged']} diverged" if c["diverged"] else "")
                        + (f", {c['plateau']} plateau" if c["plateau"] else "") + (f", {c['spikes']} spikes" if c["spikes"] else "")
                        for lr, c in d["by_lr"].items())
         rows.append([design, str(d["runs"]), str(d["diverged"]), str(d["plateau"]), str(d["spikes"]),
-                     ", ".join(f"{x:g}" for x in d["stable_lrs"]) or DASH, by])
+                     ", ".join(f"{float(x):g}" for x in d["stable_lrs"]) or DASH, by])
     return [("h2", "7. Stability"),
             ("p", f"Every run the card trained (tuning and comparison), by learning rate; {st['rule']}."),
             ("table", ["design", "runs", "diverged", "plateau", "spikes", "rates that always trained", "by rate"],
