@@ -91,3 +91,24 @@ def test_level_claims_still_refuse_within():
     errors: list[str] = []
     parse_claim(claim("level", a="new", reference="bigram", op="within", threshold=0.1), "claims[0]", errors)
     assert errors and "expected \"<\" or \">\"" in errors[0]
+
+
+def test_a_trend_over_a_rung_too_close_to_bigram_gets_no_verdict():
+    """The slope would lean on a rung whose row did not train 0.3 nats below the bigram level."""
+    def rungs(variant, means):
+        return [row(variant, {s: m + 0.001 * s for s in (1, 2, 3)}, grid={"rung": r}) for r, m in means.items()]
+    cells = rungs("pre-ln", {"w64": 1.90, "w128": 1.80, "w256": 1.77}) + rungs("hc", {"w64": 2.30, "w128": 1.84, "w256": 1.78})
+    for c in cells:
+        c["runs"][1]["best_val_loss"] += 0.0005 * (c["grid"]["rung"] == "w128")  # some spread in the differences
+    trend = claim("trend", a="hc", b="pre-ln", op="<", threshold=0.0)
+    ladder = {"sizes": {"w64": 196_608, "w128": 786_432, "w256": 3_145_728}, "exponent": 0.0}
+    (free,) = evaluate_claims([trend], cells, REF, "tiny", ladder=ladder)
+    (held,) = evaluate_claims([trend], cells, REF, "tiny", ladder=ladder,
+                              shallow={"hc-rung=w64": "hc-rung=w64 ends 0.180 nats below the bigram level"})
+    assert free["verdict"] == "reproduced"
+    assert held["verdict"] == "inconclusive" and held["shallow"] == ["hc-rung=w64"]
+    assert held["reason"].startswith("hc-rung=w64 ends 0.180 nats below the bigram level: no verdict (the test "
+                                     "alone says reproduced")
+    (level,) = evaluate_claims([claim("difference", a="hc", b="pre-ln", op=">", threshold=0.0)],
+                               cells, REF, "tiny", shallow={"hc-rung=w64": "x"})
+    assert "shallow" not in level  # only trends: a difference claim may be about a row that fails

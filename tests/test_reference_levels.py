@@ -326,9 +326,10 @@ def test_claims_and_lr_sections_are_wired_in(tmp_path, monkeypatch):
         seen["lr"] = (spec.name, spec_name, scale, cells, out)
         return {"figures": [{"title": "Loss against learning rate", "file": "lr.png"}]}
 
-    def fake_claims(claim_list, cells, reference, scale, unheld, ladder):
+    def fake_claims(claim_list, cells, reference, scale, unheld, ladder, shallow):
         seen["claims"] = (claim_list, cells, reference, scale, unheld)
         assert ladder is None  # no [ladder]: no rung sizes
+        assert isinstance(shallow, dict)  # rows less than 0.3 below bigram, for trend claims
         return []
 
     monkeypatch.setattr(tuning, "lr_section", fake_lr)

@@ -23,10 +23,10 @@ import dataclasses
 import math
 from pathlib import Path
 
+from ..report.stats import BELOW_BIGRAM
 from ..spec.rows import row_name
 from .plan import DEPTHS, EQUIVALENCE, COLD, WARM, CardRequest
 
-BELOW_BIGRAM = 0.3  # nats: a row compared must end at least this far below the bigram level
 
 
 def _finite(x) -> bool:

@@ -78,7 +78,8 @@ RULES_TEXT = (
     "claims: a run fails when it diverged or its loss is at or above the bigram level; reproduced "
     "when all of at least 3 seeds fail (trains: all train), not reproduced when none do; no p. A claim "
     "on a row whose tuned learning rate did not hold (its tuning seeds learned beyond bigram there, "
-    "most of its comparison runs did not) is inconclusive whatever its test says."
+    "most of its comparison runs did not) is inconclusive whatever its test says, and so is a trend "
+    "over a rung whose row ends less than 0.3 nats below the bigram level."
 )
 
 
@@ -407,7 +408,8 @@ def _fails(claim: Claim, name: str, units: dict, reference: dict | None, rows: l
 
 
 def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | None, scale: str,
-                    unheld: dict[str, str] | None = None, ladder: dict | None = None) -> list[dict]:
+                    unheld: dict[str, str] | None = None, ladder: dict | None = None,
+                    shallow: dict[str, str] | None = None) -> list[dict]:
     """A verdict for each claim that applies at `scale`, in the claims' order.
 
     cells: one per report row, {"variant", "grid" {axis: value or point name}, "row", "runs"
@@ -421,6 +423,9 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     for rows whose tuned value did not hold (report/tuning.py check_held); a claim on one of them
     is inconclusive, with the test's own verdict kept in its reason. ladder: {"sizes": {rung: N},
     "exponent"} at this scale, for trend claims (report/ladder.py); None without a ladder.
+    shallow: {row name: why} for rows that end less than 0.3 nats below the bigram level; a trend
+    over a rung with such a row is inconclusive (its slope would lean on a rung whose difference
+    means little), with the test's own verdict kept in its reason.
     """
     rows = list(cells or [])
     out: list[dict] = []
@@ -446,16 +451,19 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
         (decide_trend if "_pending_trend" in out[int(k)] else _decide_t)(out[int(k)])
     for r in out:
         _unsettle(r, unheld or {})
+        if r.get("kind") == "trend":
+            _unsettle(r, shallow or {}, key="shallow")
     return out
 
 
-def _unsettle(r: dict, unheld: dict[str, str]) -> None:
-    """Inconclusive when a row of the claim is not its design at its own best rate."""
+def _unsettle(r: dict, unheld: dict[str, str], key: str = "unheld") -> None:
+    """Inconclusive when a row of the claim is not its design at its own best rate (key "unheld"),
+    or, for a trend, a rung's row ended too close to the bigram level to be compared (key "shallow")."""
     names = [n for cell in r.get("rows") or [] for n in cell if n in unheld]
-    if not names or r.get("verdict") == NOT_TESTED:
+    if not names or r.get("verdict") == NOT_TESTED or r.get("unheld"):
         return
     test_says = r.get("verdict")
-    r["verdict"], r["unheld"] = "inconclusive", names
+    r["verdict"], r[key] = "inconclusive", names
     r["reason"] = (f"{'; '.join(unheld[n] for n in names)}: no verdict (the test alone says "
                    f"{test_says}: {r.get('reason')})")
 
@@ -526,7 +534,8 @@ def interval_text(r: dict) -> str:
 def verdict_text(r: dict) -> str:
     """The verdict as tables show it: an inconclusive one says when a row's tuned rate did not hold."""
     verdict = str(r.get("verdict") or "—")
-    return verdict + (" (a tuned rate did not hold)" if r.get("unheld") else "")
+    return verdict + (" (a tuned rate did not hold)" if r.get("unheld") else
+                      " (a rung ends less than 0.3 nats below bigram)" if r.get("shallow") else "")
 
 
 def estimate_text(r: dict) -> str:

@@ -43,6 +43,8 @@ __all__ = [
 # helpers
 
 
+BELOW_BIGRAM = 0.3  # nats: a row compared in a verdict must end at least this far below the bigram level
+
 def _finite_floats(values: Iterable[float], what: str) -> list[float]:
     """Return `values` as a list of Python floats; raise ValueError on any NaN or infinity."""
     out = [float(v) for v in values]
