@@ -8,6 +8,8 @@
 #   PLUGINS="reslab_mix_pre_post" bash bench/run_cards.sh OUT mix-pre-post   (a plugin's design)
 #   ARGS="--against pre-ln,post-ln" bash bench/run_cards.sh OUT sas           (more assess options)
 set -euo pipefail
+# shellcheck source=bench/walls.sh
+source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_cards.sh OUT DESIGN [DESIGN ...]}
 shift
 scale=${SCALE:-cpu}
@@ -19,10 +21,6 @@ for design in "$@"; do
   # shellcheck disable=SC2086
   reslab "${plugins[@]}" assess "$design" --scale "$scale" --store "$out/store" ${ARGS:-} \
     2> "$out/$design.log" | tail -1 > "$out/$design.path" || true
-  end=$(date +%s)
-  reused=$(grep -o '[0-9]* already finished' "$out/$design.log" | awk '{s += $1} END {print s + 0}')
-  store_state=clean
-  if [ "$reused" -gt 0 ]; then store_state=shared; fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$design" "$((end - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" "$store_state" >> "$out/walls.tsv"
+  record_wall "$out" "$design" "$start" "$scale"
   tail -n 20 "$out/$design.log"
 done

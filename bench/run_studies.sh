@@ -6,6 +6,8 @@
 # The README's and docs' study sections are written from OUT by `python bench/study_docs.py OUT`.
 #   bash bench/run_studies.sh OUT [study ...]          SCALE=smoke|cpu|paper to choose the scale
 set -euo pipefail
+# shellcheck source=bench/walls.sh
+source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_studies.sh OUT [study ...]}
 shift
 scale=${SCALE:-cpu}
@@ -17,11 +19,6 @@ mkdir -p "$out"
 for name in "${studies[@]}"; do
   start=$(date +%s)
   reslab study run "$name" --scale "$scale" --store "$out/store" 2> "$out/$name.log" | tail -1 > "$out/$name.path" || true
-  end=$(date +%s)
-  # each stage (tuning, comparison) logs "N runs planned, K already finished"
-  reused=$(grep -o '[0-9]* already finished' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
-  store_state=clean
-  if [ "$reused" -gt 0 ]; then store_state=shared; fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$((end - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" "$store_state" >> "$out/walls.tsv"
+  record_wall "$out" "$name" "$start" "$scale"
   tail -n 30 "$out/$name.log"
 done

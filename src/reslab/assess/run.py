@@ -82,10 +82,11 @@ class CardPlan:
         return PROBE_DEPTHS if is_result_scale(req.scale) else SMOKE_PROBE_DEPTHS
 
 
-def card_plan(req: CardRequest, store) -> CardPlan:
+def card_plan(req: CardRequest, store, specs: list | None = None) -> CardPlan:
+    """specs: the card's sweeps when the caller already built them (card_specs(req))."""
     from ..sweep.runner import plan_status
 
-    specs = card_specs(req)
+    specs = specs if specs is not None else card_specs(req)
     lines = []
     for spec in specs:
         runs, later = all_planned(spec, [req.scale])
@@ -96,12 +97,16 @@ def card_plan(req: CardRequest, store) -> CardPlan:
     return CardPlan(specs, lines)
 
 
+def _planned(spec: SweepSpec, req: CardRequest) -> list:
+    """The runs known before training: at a tuning scale its tuning runs (every row at every rate),
+    else the comparison runs; either way one or more of every (design, depth, warmup) row."""
+    return all_planned(spec, [req.scale])[0]
+
+
 def _models(spec: SweepSpec, req: CardRequest, depth: str) -> dict[str, ModelConfig]:
     """Each design's model config as the card trains it at one depth point (with warmup)."""
-    runs, _ = all_planned(spec, [req.scale])
-    runs = runs or tuning_runs(spec, [req.scale])
     out = {}
-    for r in runs + tuning_runs(spec, [req.scale]):
+    for r in _planned(spec, req):
         if r.grid.get("depth") == depth and r.grid.get("warmup") == WARM and r.variant not in out:
             out[r.variant] = r.config.model
     return out
@@ -118,7 +123,7 @@ def probe_models(spec: SweepSpec, req: CardRequest) -> dict[str, ModelConfig]:
 
 
 def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto", stack_size: int = 8,
-           log=None) -> tuple[dict, Path]:
+           log=None, specs: list | None = None) -> tuple[dict, Path]:
     from ..report.build import build_report
     from ..report.render import write_report
     from ..sweep.runner import default_jobs, run_sweep
@@ -130,7 +135,7 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
 
     log = log or (lambda m: print(m, file=sys.stderr))
     t0 = time.time()
-    plan = card_plan(req, store)
+    plan = card_plan(req, store, specs)
     jobs = jobs or default_jobs(all_planned(plan.specs[0], [req.scale])[0])
     for line in plan.text(req, jobs):
         log(line)
@@ -171,5 +176,4 @@ def _timing(req: CardRequest) -> dict:
 
 
 def _batch(spec: SweepSpec, req: CardRequest) -> int:
-    runs, _ = all_planned(spec, [req.scale])
-    return (runs or tuning_runs(spec, [req.scale]))[0].config.train.batch_size
+    return _planned(spec, req)[0].config.train.batch_size

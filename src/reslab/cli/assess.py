@@ -42,12 +42,12 @@ def cmd_assess(args) -> int:
         check_spec_record(store, tune_name(spec.name))
     check_run_folders(store)
     if args.plan:
-        plan = card_plan(req, store)
+        plan = card_plan(req, store, specs)
         for line in plan.text(req, args.jobs or default_jobs(runs)):
             print(line)
         store.close()
         return 0
-    card, folder = assess(req, store, jobs=args.jobs, stack=args.stack, stack_size=args.stack_size)
+    card, folder = assess(req, store, jobs=args.jobs, stack=args.stack, stack_size=args.stack_size, specs=specs)
     store.close()
     from ..assess.render import summary_lines
 

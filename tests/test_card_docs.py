@@ -1,0 +1,55 @@
+"""bench/card_docs.py: result cards are copied with the figures their Markdown links, the index is
+written from everything in the docs folder (earlier cards kept), smoke cards are skipped, and a
+damaged card is one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import card_docs  # noqa: E402
+
+
+def _card(root: Path, label: str, scale: str = "cpu", result: bool = True) -> None:
+    folder = root / "store" / "cards" / f"{label}-{scale}"
+    (folder / "signal").mkdir(parents=True)
+    (folder / "signal" / "a.png").write_bytes(b"png")
+    (folder / "unlinked.png").write_bytes(b"png")
+    (folder / "card.md").write_text(f"# {label}\n\n![a figure](signal/a.png)\n")
+    (folder / "card.json").write_text(json.dumps({
+        "title": label, "label": label, "design_name": label, "scale": scale, "is_result": result,
+        "baselines": ["pre-ln"], "headline": {"counts": {"better": 1}, "lines": [
+            {"verdict": "better", "text": "vs pre-ln at 4 layers: -0.031 nats"}]}}))
+
+
+def test_cards_are_copied_and_indexed_and_earlier_ones_kept(tmp_path, capsys):
+    out, docs = tmp_path / "out", tmp_path / "docs"
+    _card(out, "sas")
+    _card(out, "rezero", scale="smoke", result=False)
+    (out / "walls.tsv").write_text("sas\t2400\t2026-12-05T10:00Z\tcpu\tclean\n")
+    assert card_docs.main([str(out), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0
+    assert "skipped rezero-smoke: smoke: not a result" in capsys.readouterr().err
+    copied = docs / "cards" / "sas-cpu"
+    assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == \
+        ["card.json", "card.md", "signal/a.png"]
+    index = (docs / "cards.md").read_text()
+    assert "| [sas](sas-cpu/card.md) | pre-ln | cpu | vs pre-ln at 4 layers: -0.031 nats | 40.0 min (clean store, 2026-12-05) |" in index
+    later = tmp_path / "later"
+    _card(later, "resi-dual")
+    assert card_docs.main([str(later), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0
+    index = (docs / "cards.md").read_text()
+    assert "[sas](sas-cpu/card.md)" in index and "[resi-dual](resi-dual-cpu/card.md)" in index
+
+
+def test_a_damaged_card_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    out, docs = tmp_path / "out", tmp_path / "docs"
+    _card(out, "sas")
+    _card(out, "bad")
+    (out / "store" / "cards" / "bad-cpu" / "card.json").write_text("{not json")
+    assert card_docs.main([str(out), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad-cpu/card.json: not a readable card" in err
+    assert not docs.exists()
+    assert card_docs.main([str(tmp_path / "nothing"), "--docs", str(docs / "x.md")]) == 2
