@@ -21,6 +21,8 @@ in Transformers", ResFormer), per head, V_l of shape (B, H, T, d):
 Residual attention (He et al. 2020, "RealFormer: Transformer Likes Residual Attention"), per head:
     S_l = Q_l K_l^T / sqrt(d) + S_{l-1}       (S_0 = 0; S_l kept unmasked in carry.scores)
 QK-norm (qk_norm): Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per head channel), before RoPE.
+V-norm (v_norm): V <- RMSNorm(V) per head as well; with qk_norm it is HybridNorm's QKV-norm
+    (Zhuo et al. 2025, arXiv 2503.04598: softmax(N(Q) N(K)^T / sqrt(d)) N(V)).
 Head scale (NormFormer): each head's output A_h times a learned gamma_h before W_P.
 Exclusive self-attention (XSA, arXiv 2603.09078), per head and token i, before W_P:
     y_i <- y_i - g (<y_i, v_i> / <v_i, v_i>) v_i      the output's component along the token's own value removed
@@ -95,7 +97,7 @@ class CausalSelfAttention(nn.Module):
                  shaped: bool = False, value: str = "linear", rope_base: float | None = None,
                  value_residual: str = "off", value_residual_init: float = 0.5,
                  residual_attention: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
-                 head_scale: bool = False, xsa: str = "off"):
+                 head_scale: bool = False, xsa: str = "off", v_norm: bool = False):
         super().__init__()
         assert value in ("linear", "identity", "identity+linear")
         assert value_residual in VALUE_RESIDUAL_ROLES
@@ -128,6 +130,8 @@ class CausalSelfAttention(nn.Module):
             self.k_norm = nn.RMSNorm(n_embd // n_head, eps=norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        # V-norm (HybridNorm): each head's values RMS-normalised too, one gain per head channel
+        self.v_norm = nn.RMSNorm(n_embd // n_head, eps=norm_eps) if v_norm else None
         # NormFormer's head scale: each head's output times a learned gamma_h (1 at init), before W_P
         self.head_gain = nn.Parameter(torch.empty(n_head, 1, 1)) if head_scale else None
         assert xsa in XSA_MODES
@@ -170,6 +174,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if self.q_norm is not None:  # before the rotation, as OLMo 2 and Gemma 3 do
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.v_norm is not None:  # before any value mixing, as HybridNorm's official code does
+            v = self.v_norm(v)
         if self.rope_base is not None:
             q, k = rotate_rope(q, self.rope_base), rotate_rope(k, self.rope_base)
         return q, k, v

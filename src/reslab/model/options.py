@@ -153,3 +153,16 @@ class FracOptions:
     def __post_init__(self):
         if isinstance(self.fracs, bool) or not isinstance(self.fracs, int) or self.fracs < 1:
             raise ValueError(f"fracs must be a whole number >= 1, got {self.fracs!r}")
+
+
+# Post-LN kept trainable (blocks/post_ln_trainable.py). Values are checked by the designs'
+# check= functions in zoo.py, one line naming model.options.<field>.
+@dataclass(frozen=True)
+class HybridNormOptions:
+    first_block_pre_norm: bool = False  # HybridNorm*: block 1 is Pre-Norm on both sublayers (QKV-norm kept)
+
+
+@dataclass(frozen=True)
+class KeelOptions:
+    alpha: Optional[float] = None  # the skip weight; None: the paper's rule, alpha = 2L (every sublayer)
+

@@ -6,11 +6,13 @@ built), and its capability flags; a design's own rules (e.g. nGPT's SwiGLU) are 
 
 from __future__ import annotations
 
+import math
+
 from .config import ModelConfig
 from .design import ALL_NORMS
-from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HyperOptions, LaurelOptions,
-                      MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions, ResiDualOptions, SASOptions,
-                      SpeedrunOptions)
+from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HybridNormOptions, HyperOptions,
+                      KeelOptions, LaurelOptions, MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions,
+                      ResiDualOptions, SASOptions, SpeedrunOptions)
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -265,3 +267,41 @@ register_design("frac-connections", _BLOCKS + "frac:FracBlock",
                         "init (= pre-ln); options.dynamic: + s tanh(N(H_g) W), W = 0",
                 reference="Zhu et al. 2025 (Frac-Connections)", options=FracOptions, check=_frac_check,
                 partial_residual=False)
+
+
+# ---- Post-LN kept trainable (blocks/post_ln_trainable.py) ----
+def _hybridnorm_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if cfg.qk_norm:
+        return ["model.qk_norm: hybridnorm always normalises every head's queries, keys and values "
+                "(QKV-norm); leave qk_norm unset"]
+    return []
+
+
+def _keel_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    alpha = design_options(cfg).alpha
+    if alpha is not None and not (math.isfinite(alpha) and alpha > 0):
+        return [f"model.options.alpha: KEEL's skip weight must be a positive number (the paper's rule, "
+                f"2 n_layer, when unset), got {alpha!r}"]
+    return []
+
+
+# ProRes (variants.md section 4) is specified for the pre-/post-norm bases listed there only, so
+# prores stays off for these three; their residual points still take the learned scales.
+register_design("hybridnorm", _BLOCKS + "post_ln_trainable:HybridNormBlock",
+                formula="Y = MHA_QKV(X) + X; X' = FFN(Norm(Y)) + Norm(Y); MHA_QKV: softmax(N(Q) N(K)^T / sqrt(d)) "
+                        "N(V) per head; final N; options.first_block_pre_norm (HybridNorm*): block 1 "
+                        "Y = MHA_QKV(N(X)) + X, X' = FFN(N(Y)) + Y",
+                reference="Zhuo, Zeng, Wang, Zhang, Yang, Li, Zhou, Ma 2025 (HybridNorm, arXiv 2503.04598)",
+                defaults={"norm": "rmsnorm"}, options=HybridNormOptions, check=_hybridnorm_check,
+                learned_scales=True)
+register_design("keel", _BLOCKS + "post_ln_trainable:KeelBlock",
+                formula="x = LN(alpha x + F(LN(x))) per sublayer, alpha = L sublayers (2 n_layer); block 1: "
+                        "x + A(LN(x)), then LN(x + M(LN(x))); no final N",
+                reference="Chen, Wei 2026 (Post-LayerNorm Is Back: KEEL, arXiv 2601.19895)",
+                final_norm=False, defaults={"norm": "rmsnorm"}, options=KeelOptions, check=_keel_check,
+                learned_scales=True)
+register_design("sdd", _BLOCKS + "post_ln_trainable:SDDBlock",
+                formula="x = N(x + F(x)) with every Linear in F y = alpha * norm(V x), norm(z) = z / rms(z); "
+                        "alpha per output, 1/sqrt(L) at init on W_P and W2, 1 elsewhere; no final N",
+                reference="Wang, Zhuo, Zeng, Zhou, Yang, Li 2025 (Scale-Distribution Decoupling, arXiv 2502.15499)",
+                final_norm=False, defaults={"bias": False}, learned_scales=True)
