@@ -37,7 +37,8 @@ def output_projections(block: nn.Module) -> list[nn.Linear]:
             and isinstance(m.c_proj, nn.Linear)]
 
 
-def attention(cfg: ModelConfig, layer: int, head_scale: bool = False, qkv_norm: bool = False) -> CausalSelfAttention:
+def attention(cfg: ModelConfig, layer: int, head_scale: bool = False,
+              qkv_norm: bool = False) -> CausalSelfAttention:
     """qkv_norm: RMSNorm on every head's queries, keys and values (HybridNorm's QKV-norm)."""
     if cfg.vp_identity:
         value = "identity+linear" if layer == 1 else "identity"
@@ -49,8 +50,8 @@ def attention(cfg: ModelConfig, layer: int, head_scale: bool = False, qkv_norm: 
         cfg.n_embd, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout, shaped=bool(cfg.shaped_attention),
         value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None,
         value_residual=value_residual, value_residual_init=cfg.value_residual_init,
-        residual_attention=cfg.residual_attention, qk_norm=cfg.qk_norm or qkv_norm, norm_eps=cfg.norm_eps,
-        head_scale=head_scale, xsa=cfg.xsa, v_norm=qkv_norm)
+        residual_attention=cfg.residual_attention, qk_norm=cfg.qk_norm or qkv_norm, v_norm=qkv_norm,
+        norm_eps=cfg.norm_eps, head_scale=head_scale, xsa=cfg.xsa)
 
 
 def mlp(cfg: ModelConfig, mid_norm: bool = False) -> MLP:

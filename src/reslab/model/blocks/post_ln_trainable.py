@@ -11,8 +11,8 @@ github.com/BryceZhuo/HybridNorm, dense_model/olmo/model.py):
     HybridNorm* (options.first_block_pre_norm), block 1 only:
     Y_0 = MHA_QKV(N(X_0)) + X_0;   X_1 = FFN(N(Y_0)) + Y_0               Pre-Norm, QKV-norm kept
 
-    X ──┬──── A_qkv ─────(+)── N ──┬──── M ───(+)──>     final N before the head
-        └─────────────────┘        └───────────┘
+    X ──┬── A_qkv ──(+)── N ──┬── M ──(+)──>    final N before the head
+        └────────────┘        └───────┘
 
   Readings: the Q, K, V norms are reslab's QK-norm (RMSNorm over each head's channels, a gain per
   channel, before RoPE) with the same norm on V (attention.py's v_norm); the official 1.2B config
