@@ -153,3 +153,8 @@ class FracOptions:
     def __post_init__(self):
         if isinstance(self.fracs, bool) or not isinstance(self.fracs, int) or self.fracs < 1:
             raise ValueError(f"fracs must be a whole number >= 1, got {self.fracs!r}")
+
+
+@dataclass(frozen=True)
+class SkipInitOptions:
+    alpha_init: float = 0.0        # each branch's multiplier alpha at init (SkipInit: 0, or a small constant)
