@@ -22,15 +22,20 @@ t-fixup  The paper gives (9N)^(-1/4) for the decoder and 0.67 N^(-1/4) for the e
          forward; reslab takes the paper's words: Xavier (gain 1) on every matrix, and N(0, d^(-1/2)) times
          (9L)^(-1/4) for the token embedding, with no sqrt(d) factor (so a tied head reads the same matrix).
          Learned positions keep N(0, std) (fairseq's positions are sinusoidal and unscaled).
-fixup    The paper's rule L^(-1/(2m-2)) is transcribed from the authors' Transformer code
-         (hongyi-zhang/Fixup, fairseq): K = residual branches (2 per layer); the attention's fused
-         in-projection (W_Q, W_K, W_V) times K^(-1/6), W_P = 0; W1 times K^(-1/2) (m = 2), W2 = 0.
+fixup    The paper's rule L^(-1/(2m-2)) as the authors' Transformer code applies it (hongyi-zhang/Fixup,
+         fairseq): the attention's fused in-projection [W_Q; W_K; W_V], Xavier-uniform over the whole
+         3C x C matrix, times K^(-1/6), W_P = 0; W1 times K^(-1/2) (m = 2), W2 = 0; K is the code's
+         num_blocks, the residual branches (2 per encoder layer + 3 per decoder layer there; 2 per layer
+         in a GPT). So the code does not read the attention as m = 2 through W_V, W_P only.
 ds-init  The paper: W ~ U(-gamma alpha/sqrt(l), gamma alpha/sqrt(l)), gamma = sqrt(6/(d_i + d_o)),
          on every weight matrix of layer l (l from 1); reslab takes alpha = 1 (its code's
          initializer_gain = 1). Its code (bzhangGo/zero, TF variance_scaling(alpha/sqrt(l), fan_avg,
          uniform)) gives a bound gamma sqrt(alpha) l^(-1/4) instead; reslab follows the paper's formula.
-sub-ln   Magneto for a decoder-only model: gamma = sqrt(log 2N) on v_proj, out_proj, fc1, fc2 (torchscale
-         decoder.py); torchscale keeps a Xavier gain 1/sqrt(2) on q, k, v, reslab Xavier gain 1 on all.
+sub-ln   Magneto for a decoder-only model: gamma = sqrt(log 2N) on v_proj, out_proj, fc1, fc2 (read in
+         microsoft/torchscale, architecture/decoder.py; the paper's own text was not read). torchscale
+         draws q, k, v Xavier-uniform with gain 1/sqrt(2), out_proj with gain 1, and leaves fc1, fc2 at
+         PyTorch's default Linear init; reslab takes Xavier-uniform with gain 1 for all six (Magneto's
+         init is "derived from DeepNet", whose init is Xavier), then gamma on the four.
 After the scheme, gain_mode = "init" multiplies each branch's last affine map (W_P and W2, or
 the output norm of sandwich / peri-ln) by branch_gain.
 """

@@ -17,10 +17,12 @@ Each design's init is in model/init.py (init = "fixup", "t-fixup", "sub-ln"; DS-
 skipinit: De & Smith 2020, "Batch Normalization Biases Residual Blocks Towards the Identity Function
 in Deep Networks" (arXiv 2002.10444). A learned scalar alpha at the end of EACH residual branch,
 initialised to 0 (or a small constant: options.alpha_init), and no normalisation. What differs from
-rezero: reslab's rezero has ONE scalar g per layer, shared by the attention and MLP branches (as
-ReZero's Transformer code has one resweight per layer); SkipInit has one per branch, so a1 and a2 learn
-apart. The paper studies ResNets; it gives no Transformer recipe, so reslab takes the rule as stated
-(one alpha per residual branch) for both sublayers.
+rezero: reslab's rezero has ONE scalar g per layer, shared by the attention and MLP branches (ReZero's
+RZTXEncoderLayer, in the copies of it read in public repositories, multiplies both sublayers by one
+resweight); SkipInit has one per branch, so a1 and a2 learn apart. The rule was read in summaries of the
+paper (its abstract, Papers with Code's method page), not in its full text, and no code of the authors
+was found; the paper studies ResNets, so reslab applies the rule as stated, one alpha per residual
+branch, to both sublayers, and keeps reslab's default init (gpt2) for the weights.
 
 fixup: Zhang, Dauphin, Ma 2019, "Fixup Initialization: Residual Learning Without Normalization" (arXiv
 1901.09321). Its rules: (1) the classification layer and the last layer of each residual branch start at
@@ -33,6 +35,9 @@ between the attention's heads and W_P), biases before W1, before the activation 
 multiplier per branch, and one bias before the output projection (the head), which reslab keeps in the
 last block. The code subtracts its biases (x - b); reslab adds them (x + b), the same model with b's
 sign flipped. The per-unit biases of the Linear layers are off by default (bias = false), as in that code.
+The rules were read in the paper's summary (Papers with Code's method page) and in that code, not in the
+paper's full text. reslab keeps its own MLP (gelu by default; that code uses ReLU: mlp = "relu") and its
+own embedding init N(0, std) (that code: N(0, d^(-1/2)) times sqrt(d) in the forward).
 
 t-fixup: Huang, Perez, Ba, Volkovs 2020, "Improving Transformer Optimization Through Better
 Initialization" (ICML). The post-ln Transformer with every LayerNorm removed (the authors' code:
