@@ -304,12 +304,14 @@ def test_every_registered_design_has_a_reference_formula():
     """The norm-placement and partial-skip designs' formulas are here; the other designs' are in
     their families' files (attention residuals, hyper-connections, nGPT, scaled and gated blocks,
     parallel / depth-mixing / speedrun blocks)."""
-    from . import test_attention_residuals, test_hyper_connections, test_ngpt, test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks
-    from . import test_post_ln_trainable
+    from . import (test_attention_residuals, test_cross_depth, test_hyper_connections, test_init_schemes,
+                   test_inside_block, test_ngpt, test_norm_free, test_parallel_depth_and_speedrun_blocks,
+                   test_post_ln_trainable, test_scaled_and_gated_blocks)
 
-    elsewhere = set().union(*(m.FORMULA_TESTED for m in (test_attention_residuals, test_hyper_connections, test_ngpt,
-                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks,
-                                                    test_post_ln_trainable)))
+    families = (test_attention_residuals, test_hyper_connections, test_ngpt, test_scaled_and_gated_blocks,
+                test_parallel_depth_and_speedrun_blocks, test_post_ln_trainable, test_init_schemes, test_norm_free,
+                test_cross_depth, test_inside_block)
+    elsewhere = set().union(*(m.FORMULA_TESTED for m in families))
     assert not set(REF) & elsewhere
     assert set(REF) | elsewhere == set(reslab.designs())
     assert set(FINAL_NORM) | {"resi-dual"} == set(REF)

@@ -18,7 +18,7 @@ from ..typed import Typed
 
 Norm = Literal["layernorm", "rmsnorm", "dyt", "none"]
 LearnedScale = Literal["none", "scalar", "channel"]
-Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier"]
+Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier", "fixup", "ds-init", "sub-ln"]
 MLPKind = Literal["gelu", "gelu-tanh", "relu", "swiglu"]
 Positions = Literal["learned", "rope", "none"]
 GainMode = Literal["runtime", "init"]
@@ -43,7 +43,7 @@ class ModelConfig(Typed):
     mlp_ratio: float = 4.0            # hidden width / n_embd (SwiGLU: 2/3 of it, rounded to 8)
     norm: Optional[Norm] = None       # design default: layernorm (rezero: none)
     norm_eps: float = 1e-5             # epsilon of every norm
-    init: Optional[Init] = None       # design default: gpt2 (deepnorm: deepnorm, sas*: identity)
+    init: Optional[Init] = None       # design default: gpt2 (deepnorm, fixup, t-fixup, sub-ln: their own; sas*: identity)
     init_std: float = 0.02             # std of the normal init of weights (gpt2 init scales output projections by 1/sqrt(2L))
     # Partial-residual flags (study 000): keep the skip of the attention / MLP sublayer.
     attn_res: Optional[bool] = None

@@ -166,3 +166,6 @@ class HybridNormOptions:
 class KeelOptions:
     alpha: Optional[float] = None  # the skip weight; None: the paper's rule, alpha = 2L (every sublayer)
 
+@dataclass(frozen=True)
+class SkipInitOptions:
+    alpha_init: float = 0.0        # each branch's multiplier alpha at init (SkipInit: 0, or a small constant)

@@ -209,7 +209,7 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool =
     if cfg.init == "identity" and not cfg.shaped_attention:
         errors.append("model.init: 'identity' makes shaped attention start as the identity (W_Q = 0); "
                       "it needs shaped_attention = true")
-    if cfg.init == "t-fixup" and cfg.norm != "none":
+    if cfg.init == "t-fixup" and cfg.norm != "none" and cfg.norm in d.norms:  # else said above
         errors.append(f"model.init: 't-fixup' replaces normalisation; it needs norm = 'none', "
                       f"got {cfg.norm!r}")
     errors += _option_refusals(cfg, d, given)

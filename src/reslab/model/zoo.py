@@ -305,3 +305,53 @@ register_design("sdd", _BLOCKS + "post_ln_trainable:SDDBlock",
                         "alpha per output, 1/sqrt(L) at init on W_P and W2, 1 elsewhere; no final N",
                 reference="Wang, Zhuo, Zeng, Zhou, Yang, Li 2025 (Scale-Distribution Decoupling, arXiv 2502.15499)",
                 final_norm=False, defaults={"bias": False}, learned_scales=True)
+
+
+# ---- normalisation replaced by initialisation (blocks/init_based.py) ----
+# Normalisation replaced by initialisation (skipinit, fixup, t-fixup) and an init-based fix of the
+# norms' placement (sub-ln). Their inits are init.py's "fixup", "t-fixup", "sub-ln"; DS-Init is an init
+# alone ("ds-init"): its paper's model is post-ln, so post-ln with init = "ds-init" is that model.
+from .options import SkipInitOptions  # noqa: E402  - the section's own options
+
+
+def _skipinit_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    a = design_options(cfg).alpha_init
+    if not abs(a) < float("inf"):
+        return [f"model.options.alpha_init: must be a finite number (SkipInit: 0 or a small constant), got {a!r}"]
+    return []
+
+
+def _fixup_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    if cfg.init == "fixup" and cfg.gain_mode == "init" and cfg.branch_gain != 1.0:
+        return ["model.gain_mode: Fixup starts W_P and W2 at 0, which an init-mode gain (a multiple of "
+                "them) cannot change; use gain_mode = 'runtime' (or the multipliers m1, m2)"]
+    return []
+
+
+_NORM_FREE = dict(final_norm=False, norms=("none",))
+register_design("skipinit", _BLOCKS + "init_based:SkipInitBlock",
+                formula="x = x + a1*A(x); x = x + a2*M(x), no norm; a learned scalar per residual branch "
+                        "(rezero: one per layer), options.alpha_init (0) at init",
+                reference="De & Smith 2020 (SkipInit; Batch Normalization Biases Residual Blocks Towards the "
+                          "Identity Function in Deep Networks, arXiv 2002.10444)",
+                defaults={"norm": "none"}, options=SkipInitOptions, check=_skipinit_check, **_NORM_FREE)
+register_design("fixup", _BLOCKS + "init_based:FixupBlock",
+                formula="x = x + m1*A(x + b1); x = x + m2*W2(act(W1(x + b2) + b3) + b4); head reads x_L + b_head; "
+                        "no norm; scalars b = 0, m = 1 at init; init: W_P = W2 = 0 (untied head 0), "
+                        "[W_Q;W_K;W_V] x K^(-1/6), W1 x K^(-1/2), K = 2L branches",
+                reference="Zhang, Dauphin, Ma 2019 (Fixup Initialization: Residual Learning Without "
+                          "Normalization, arXiv 1901.09321; Transformer rules from hongyi-zhang/Fixup)",
+                defaults={"norm": "none", "init": "fixup", "bias": False}, layer_base=False,
+                check=_fixup_check, **_NORM_FREE)
+register_design("t-fixup", _BLOCKS + "init_based:TFixupBlock",
+                formula="x = x + A(x); x = x + M(x), no norm; init: Xavier, W_V, W_P, W1, W2 x (9L)^(-1/4), "
+                        "token embedding N(0, d^(-1/2)) x (9L)^(-1/4)",
+                reference="Huang, Perez, Ba, Volkovs 2020 (T-Fixup; Improving Transformer Optimization "
+                          "Through Better Initialization, ICML 2020)",
+                # layer_base: a norm-free post-ln or pre-ln layer in it would be the same block
+                defaults={"norm": "none", "init": "t-fixup"}, layer_base=False, **_NORM_FREE)
+register_design("sub-ln", _BLOCKS + "init_based:SubLNBlock",
+                formula="x = x + W_P N_a(Attn(N1(x))); x = x + W2 N_f(act(W1 N2(x))); final N; "
+                        "init: Xavier, W_V, W_P, W1, W2 x sqrt(log(2L))",
+                reference="Wang et al. 2022 (Foundation Transformers / Magneto, arXiv 2210.06423)",
+                defaults={"init": "sub-ln"})
