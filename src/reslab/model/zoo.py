@@ -265,3 +265,15 @@ register_design("frac-connections", _BLOCKS + "frac:FracBlock",
                         "init (= pre-ln); options.dynamic: + s tanh(N(H_g) W), W = 0",
                 reference="Zhu et al. 2025 (Frac-Connections)", options=FracOptions, check=_frac_check,
                 partial_residual=False)
+
+
+# ---- Zoo IV: norms (blocks/norm_free.py) ----
+# The norm replacements of this family (norm = "derf", "seednorm", "rmsnorm-nogain") are norm kinds
+# (model/norms.py), taken by every design whose `norms` lists them (ALL_NORMS: pre-ln, layerscale, gpas).
+register_design("gpas", _BLOCKS + "norm_free:GPASBlock",
+                formula="x' = x + A(N1(x)); x = x' - SiLU(alpha_l) sg(x'); x' = x + M(N2(x)); "
+                        "x = x' - SiLU(alpha_l) sg(x'); sg = stop-gradient, alpha_l one per layer, 0 at init "
+                        "(= pre-ln); final N",
+                reference="Chen, Xu et al. 2025 (GPAS: Gradient-Preserving Activation Scaling, arXiv 2506.22049; "
+                          "github.com/dandingsky/GPAS)",
+                norms=ALL_NORMS, per_layer=True, learned_scales=True, attention_carry=True)
