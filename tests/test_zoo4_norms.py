@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import reslab
 from reslab.errors import ConfigError
+from reslab.model.blocks.speedrun import SpeedrunState
 from tests.test_block_formulas import (
     EPS,
     TOL,
@@ -346,3 +347,107 @@ def test_gpas_refuses_what_it_has_no_meaning_for():
         reslab.build_model("gpas", options={"gate": "sublayer"}, n_layer=1, n_embd=C, n_head=2, block_size=8,
                            vocab_size=11)
     assert len(e.value.errors) == 1 and e.value.errors[0].startswith("model.options:")
+
+
+# ---------------------------------------------------------------------------------------------
+# speedrun-lambdas: modded-nanogpt's x = r x + p F(N(x)) per sublayer, on reslab's speedrun
+# ---------------------------------------------------------------------------------------------
+FORMULA_TESTED |= {"speedrun-lambdas"}
+OFF = {"x0": False, "unet": False, "value_embeds": False, "backout": False}
+
+
+def set_lambdas_(model):
+    """r, p away from init and from each other, different per layer and sublayer."""
+    with torch.no_grad():
+        for blk in model.blocks:
+            l = blk.layer
+            blk.attn_residual.skip_lambda.fill_(0.8 + 0.1 * l)
+            blk.attn_residual.post_lambda.fill_(0.5 + 0.2 * l)
+            blk.mlp_residual.skip_lambda.fill_(1.3 - 0.1 * l)
+            blk.mlp_residual.post_lambda.fill_(0.6 + 0.3 * l)
+
+
+def lambdas_block_ref(blk, x, norm="layernorm", extra=None, lambdas=True):
+    """x = r1 x + p1 A(N1 x); x = r2 x + p2 M(N2 x) (lambdas=False: plain pre-ln, the control)."""
+    from tests.test_parallel_depth_and_speedrun_blocks import ref_attention
+
+    ra, pa = (blk.attn_residual.skip_lambda, blk.attn_residual.post_lambda) if lambdas else (1.0, 1.0)
+    rm, pm = (blk.mlp_residual.skip_lambda, blk.mlp_residual.post_lambda) if lambdas else (1.0, 1.0)
+    n1 = Nz(norm, blk.norm1, x)
+    x = ra * x + pa * ref_attention(blk.attn, n1, extra=torch.zeros_like(n1) if extra is None else extra(n1))
+    return rm * x + pm * M(Ref(), blk.mlp, Nz(norm, blk.norm2, x))
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm-nogain"])
+def test_speedrun_lambdas_block(norm):
+    model = make("speedrun-lambdas", options=OFF, norm=norm)
+    set_lambdas_(model)
+    x = stream_input()
+    for blk in model.blocks:
+        with torch.no_grad():
+            out = blk(SpeedrunState(x=x, x0=x, tokens=None)).x
+            torch.testing.assert_close(out, lambdas_block_ref(blk, x, norm), **TOL)
+            assert_differs(out, lambdas_block_ref(blk, x, norm, lambdas=False))    # plain speedrun
+            ra, pa = blk.attn_residual.skip_lambda, blk.attn_residual.post_lambda   # r and p swapped
+            rm, pm = blk.mlp_residual.skip_lambda, blk.mlp_residual.post_lambda
+            from tests.test_parallel_depth_and_speedrun_blocks import ref_attention
+            h = pa * x + ra * ref_attention(blk.attn, Nz(norm, blk.norm1, x), extra=torch.zeros_like(x))
+            assert_differs(out, pm * h + rm * M(Ref(), blk.mlp, Nz(norm, blk.norm2, h)))
+
+
+@pytest.mark.parametrize("L", [4, 5])
+def test_speedrun_lambdas_whole_model(L):
+    """Every speedrun path on (x0 mix, U-net, value embeddings, backout) and the lambdas."""
+    model = make("speedrun-lambdas", L=L)
+    set_lambdas_(model)
+    idx = token_input()
+    r = Ref(L=L)
+
+    def logits_ref(lambdas=True):
+        first = N(r, model.stream.embed_norm, ref_embed(model, idx))
+        x, outs = first, {0: first}
+        for l in range(1, L + 1):
+            blk = model.blocks[l - 1]
+            x = blk.resid_lambda * x + blk.x0_lambda * first
+            if l > L // 2 and 1 <= L + 1 - l <= L // 2:
+                x = x + blk.unet_weight * outs[L + 1 - l]
+            extra = None
+            if (L - l) % 2 == 0:
+                def extra(n1, blk=blk):
+                    g = 3.0 * torch.sigmoid(n1[..., :12] @ blk.ve_gate.weight.T)
+                    table = blk.value_embed.weight[idx]
+                    return g.repeat_interleave(table.shape[-1] // g.shape[-1], dim=-1) * table
+            x = lambdas_block_ref(blk, x, extra=extra, lambdas=lambdas)
+            outs[l] = x
+        y = x - model.stream.backout_lambda * outs[L // 2]
+        return N(r, model.stream.final_norm, y) @ model.lm_head.weight.T
+
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, logits_ref(), **TOL)
+        assert_differs(logits, logits_ref(lambdas=False))
+
+
+def test_speedrun_lambdas_init_and_start():
+    """r = sqrt(1.1), p = 1 at init: the stream grows by 1.1 per layer where speedrun's does not."""
+    kw = dict(n_layer=2, n_embd=C, n_head=2, block_size=8, vocab_size=11, seed=0)
+    model = reslab.build_model("speedrun-lambdas", **kw)
+    for blk in model.blocks:
+        for res in (blk.attn_residual, blk.mlp_residual):
+            assert res.skip_lambda.item() == pytest.approx(math.sqrt(1.1)) and res.post_lambda.item() == 1.0
+    idx = token_input()
+    with torch.no_grad():
+        assert_differs(model(idx), reslab.build_model("speedrun", **kw)(idx), min_gap=1e-6)
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"options": {"backout_layer": 9}}, "model.options.backout_layer:"),
+    ({"options": {"backout": False, "backout_layer": 1}}, "model.options.backout_layer:"),
+    ({"options": {"lambdas": True}}, "model.options.lambdas:"),
+    ({"skip_scale": "scalar"}, "model.skip_scale:"),
+    ({"prores": "linear"}, "model.prores:"),
+])
+def test_speedrun_lambdas_refusals_are_one_line(fields, needle):
+    with pytest.raises(ConfigError) as e:
+        reslab.build_model("speedrun-lambdas", n_layer=2, n_embd=C, n_head=2, block_size=8, vocab_size=11, **fields)
+    assert len(e.value.errors) == 1 and e.value.errors[0].startswith(needle), e.value.errors

@@ -277,3 +277,11 @@ register_design("gpas", _BLOCKS + "norm_free:GPASBlock",
                 reference="Chen, Xu et al. 2025 (GPAS: Gradient-Preserving Activation Scaling, arXiv 2506.22049; "
                           "github.com/dandingsky/GPAS)",
                 norms=ALL_NORMS, per_layer=True, learned_scales=True, attention_carry=True)
+register_design("speedrun-lambdas", _BLOCKS + "norm_free:SpeedrunLambdasBlock",
+                formula="speedrun with x = r_(l,k) x + p_(l,k) F_k(N(x)) at each sublayer k (attention, MLP), "
+                        "r = sqrt(1.1), p = 1 at init (modded-nanogpt's resid_lambdas, post_lambdas); "
+                        "speedrun's x0, U-net, value embeddings, backout as its options",
+                reference="modded-nanogpt train_gpt.py at f411b3d3 (Jordan et al., 2026-08-01 record)",
+                stream="speedrun", options=SpeedrunOptions, check=_speedrun_check,
+                norms=tuple(n for n in ALL_NORMS if n != "none"),  # the record's norm is rmsnorm-nogain
+                defaults={"embed_norm": True})

@@ -25,6 +25,24 @@ Where the paper leaves a choice, reslab's reading: the scale is the official cod
 allows a fixed one; not offered); GPAS on pre-ln only (the paper also pairs it with Sandwich-LN,
 DeepNorm, Mix-LN and LNS: not built here). The official 7B runs clip alpha's gradient separately;
 reslab's optimiser treats alpha like every other scalar (never weight-decayed, clipped globally).
+
+speedrun-lambdas: the per-sublayer residual / post lambdas of modded-nanogpt's newest stored record
+(train_gpt.py at f411b3d3, 2026-08-01: `resid_lambdas`, `post_lambdas`, both of shape (L, 2)), on
+reslab's `speedrun` design (blocks/speedrun.py; its x0 / U-net / value-embedding / backout paths
+and options unchanged). The record's update of layer l, sublayer k (attention, then MLP), with its
+weightless RMS norm N:
+
+    x = r_(l,k) x + p_(l,k) F_k(N(x))          r = sqrt(1.1) (1.1 per layer), p = 1 at init
+
+(the record also adds its x0 / bigram gates in the attention update and uses MUDD coefficients
+on its last layer; reslab keeps its own x0 mix a_l x + b_l x_0 before the block, and the lambdas on
+every layer). The record trains r with 5x the Adam learning rate; reslab does not (one optimiser
+setting for every scalar). The record's norm is `norm = "rmsnorm-nogain"`; the design's default
+stays speedrun's, so speedrun vs speedrun-lambdas differ by the lambdas alone. In reslab r_(l,1)
+(`attn_residual.skip_lambda`) and speedrun's a_l (`resid_lambda`, the x0 mix before the block) both
+multiply x: a redundant pair, a_l starting at 1. They are a design,
+not a speedrun option: a new option would change every speedrun run's identity (the resolved
+options table is hashed whole).
 """
 
 from __future__ import annotations
@@ -34,7 +52,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..residual import Residual
 from .pre_norm import PreLNBlock
+from .speedrun import SpeedrunBlock
 
 
 class GPASBlock(PreLNBlock):
@@ -56,3 +76,33 @@ class GPASBlock(PreLNBlock):
         x = self.scale_down(self.attn_residual(x, self.attn(self.norm1(x), carry)))
         x = self.scale_down(self.mlp_residual(x, self.mlp(self.norm2(x))))
         return x
+
+
+RESID_LAMBDA_INIT = 1.1 ** 0.5      # the record's sqrt(1.1) per sublayer, 1.1 per layer
+
+
+class SublayerLambdas(nn.Module):
+    """One residual point with the record's lambdas: residual(r x, p branch) = r x + p F."""
+
+    def __init__(self, residual: Residual):
+        super().__init__()
+        self.residual = residual
+        self.skip_lambda = nn.Parameter(torch.empty(()))     # r (the record's resid_lambdas), multiplies the skip
+        self.post_lambda = nn.Parameter(torch.empty(()))     # p (post_lambdas), multiplies the branch
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.skip_lambda, RESID_LAMBDA_INIT)
+        nn.init.ones_(self.post_lambda)
+
+    def forward(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        return self.residual(self.skip_lambda * x, self.post_lambda * branch)
+
+
+class SpeedrunLambdasBlock(SpeedrunBlock):
+    """The speedrun block with x = r x + p F(N(x)) at both residual points."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer)
+        self.attn_residual = SublayerLambdas(self.attn_residual)
+        self.mlp_residual = SublayerLambdas(self.mlp_residual)
