@@ -267,7 +267,7 @@ register_design("frac-connections", _BLOCKS + "frac:FracBlock",
                 partial_residual=False)
 
 
-# ---- Zoo IV: norms (blocks/norm_free.py) ----
+# ---- normalisation replaced: GPAS and the speedrun record's lambdas (blocks/norm_free.py) ----
 # The norm replacements of this family (norm = "derf", "seednorm", "rmsnorm-nogain") are norm kinds
 # (model/norms.py), taken by every design whose `norms` lists them (ALL_NORMS: pre-ln, layerscale, gpas).
 register_design("gpas", _BLOCKS + "norm_free:GPASBlock",

@@ -1,4 +1,4 @@
-"""Zoo IV, normalisation replaced: the norm kinds derf, seednorm, rmsnorm-nogain and the gpas design.
+"""Normalisation replaced: the norm kinds derf, seednorm, rmsnorm-nogain and the designs gpas, speedrun-lambdas.
 
 Same method as test_block_formulas.py: float64 models whose every parameter is randomised, the
 output against its formula recomputed here from raw parameter tensors with plain torch ops (the
@@ -222,7 +222,7 @@ def gpas_ref(blk, x, norm="layernorm"):
 def set_alphas_(model):
     with torch.no_grad():
         for blk in model.blocks:
-            blk.gpas_alpha.fill_(0.1 + 0.4 * blk.layer)     # 0.5, 0.9: SiLU 0.31, 0.64 (not 0; a != 1, where SiLU = sigmoid)
+            blk.gpas_alpha.fill_(0.1 + 0.4 * blk.layer)  # 0.5, 0.9: SiLU 0.31, 0.64 (a != 1: there SiLU = sigmoid)
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "derf"])
