@@ -29,10 +29,10 @@ SeeDNorm (Self-Rescaled Dynamic Normalization): Cai, Zhu, Liu, Min 2025 (arXiv 2
 SeeDNorm(x) = [sigma(x beta^T) alpha + gamma] * x / RMS(x), sigma = tanh, with alpha, beta, gamma
 each a learned vector over the channels: x beta^T is ONE number per token (the raw input's dot
 product with beta), so the gain gamma is shifted by alpha scaled by how the token's input reads
-along beta. The equation is taken from summaries of the paper (its full text and code were not
-available to read here); so are NOT its inits, nor its multi-head variant (beta split per head).
+along beta. The equation is taken from a summary of the paper (its full text and code were not
+available to read here); its inits and the multi-head variant the summaries mention were not read.
 reslab's reading: gamma = 1, alpha = 1, beta = 0 at init, so the norm starts as RMSNorm exactly
-(tanh(0) = 0) and beta gets a gradient from the first step (alpha != 0); the single-head form only;
+(tanh(0) = 0) and beta gets a gradient from the first step (alpha != 0); the form above only;
 RMS(x) = sqrt(mean(x^2) + eps) with cfg.norm_eps. Not scale-invariant (tanh(s x beta^T) moves with s).
 """
 
