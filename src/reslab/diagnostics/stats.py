@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.norms import DyT
+from ..model.norms import Derf, DyT, SeeDNorm
 
-NORM_TYPES = (nn.LayerNorm, nn.RMSNorm, DyT)
+NORM_TYPES = (nn.LayerNorm, nn.RMSNorm, DyT, Derf, SeeDNorm)
 
 
 # ---- parameter groups ----------------------------------------------------------------------------
@@ -52,7 +52,7 @@ def parameter_groups(model: nn.Module) -> dict[str, list[str]]:
         block{i}         every parameter of block i (0-based)
         block{i}.attn    its attention  (W_QKV, W_P, shaped attention's alpha/beta/gamma)
         block{i}.mlp     its MLP
-        block{i}.norms   its LayerNorm / RMSNorm / DyT parameters (DyT: alpha, gamma, beta)
+        block{i}.norms   its LayerNorm / RMSNorm / DyT / Derf / SeeDNorm parameters (DyT: alpha, gamma, beta)
         block{i}.scalars everything else in the block: ReZero g, Admin w1/w2, SAS g_attn/a_ff/b_ff,
                          the residual points' learned skip / branch scales (skip_weight, branch_weight)
         final_norm       stream.final_norm.*

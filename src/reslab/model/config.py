@@ -16,7 +16,7 @@ from .prores import SCHEDULE_NAMES
 from .spellings import upgrade
 from ..typed import Typed
 
-Norm = Literal["layernorm", "rmsnorm", "dyt", "none"]
+Norm = Literal["layernorm", "rmsnorm", "dyt", "none", "derf", "seednorm", "rmsnorm-nogain"]
 LearnedScale = Literal["none", "scalar", "channel"]
 Init = Literal["gpt2", "deepnorm", "identity", "t-fixup", "xavier", "fixup", "ds-init", "sub-ln"]
 MLPKind = Literal["gelu", "gelu-tanh", "relu", "swiglu"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 NORMED = ("layernorm", "rmsnorm", "dyt")
-ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none", "derf", "seednorm", "rmsnorm-nogain")
 STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun")
 
 

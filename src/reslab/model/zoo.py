@@ -355,3 +355,23 @@ register_design("sub-ln", _BLOCKS + "init_based:SubLNBlock",
                         "init: Xavier, W_V, W_P, W1, W2 x sqrt(log(2L))",
                 reference="Wang et al. 2022 (Foundation Transformers / Magneto, arXiv 2210.06423)",
                 defaults={"init": "sub-ln"})
+
+
+# ---- normalisation replaced: GPAS and the speedrun record's lambdas (blocks/norm_free.py) ----
+# The norm replacements of this family (norm = "derf", "seednorm", "rmsnorm-nogain") are norm kinds
+# (model/norms.py), taken by every design whose `norms` lists them (ALL_NORMS: pre-ln, layerscale, gpas).
+register_design("gpas", _BLOCKS + "norm_free:GPASBlock",
+                formula="x' = x + A(N1(x)); x = x' - SiLU(alpha_l) sg(x'); x' = x + M(N2(x)); "
+                        "x = x' - SiLU(alpha_l) sg(x'); sg = stop-gradient, alpha_l one per layer, 0 at init "
+                        "(= pre-ln); final N",
+                reference="Chen, Xu et al. 2025 (GPAS: Gradient-Preserving Activation Scaling, arXiv 2506.22049; "
+                          "github.com/dandingsky/GPAS)",
+                norms=ALL_NORMS, per_layer=True, learned_scales=True, attention_carry=True)
+register_design("speedrun-lambdas", _BLOCKS + "norm_free:SpeedrunLambdasBlock",
+                formula="speedrun with x = r_(l,k) x + p_(l,k) F_k(N(x)) at each sublayer k (attention, MLP), "
+                        "r = sqrt(1.1), p = 1 at init (modded-nanogpt's resid_lambdas, post_lambdas); "
+                        "speedrun's x0, U-net, value embeddings, backout as its options",
+                reference="modded-nanogpt train_gpt.py at f411b3d3 (Jordan et al., 2026-08-01 record)",
+                stream="speedrun", options=SpeedrunOptions, check=_speedrun_check,
+                norms=tuple(n for n in ALL_NORMS if n != "none"),  # the record's norm is rmsnorm-nogain
+                defaults={"embed_norm": True})
