@@ -305,9 +305,11 @@ def test_every_registered_design_has_a_reference_formula():
     their families' files (attention residuals, hyper-connections, nGPT, scaled and gated blocks,
     parallel / depth-mixing / speedrun blocks)."""
     from . import test_attention_residuals, test_hyper_connections, test_ngpt, test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks
+    from . import test_zoo4_depth
 
     elsewhere = set().union(*(m.FORMULA_TESTED for m in (test_attention_residuals, test_hyper_connections, test_ngpt,
-                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks)))
+                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks,
+                                                    test_zoo4_depth)))
     assert not set(REF) & elsewhere
     assert set(REF) | elsewhere == set(reslab.designs())
     assert set(FINAL_NORM) | {"resi-dual"} == set(REF)

@@ -153,3 +153,9 @@ class FracOptions:
     def __post_init__(self):
         if isinstance(self.fracs, bool) or not isinstance(self.fracs, int) or self.fracs < 1:
             raise ValueError(f"fracs must be a whole number >= 1, got {self.fracs!r}")
+
+
+@dataclass(frozen=True)
+class MVSplitOptions:
+    alpha_init: float = 0.0        # alpha at init: the leaky replacement of the trunk mean (0 keeps it)
+    beta_init: float = 0.03        # beta at init: the gain of the centred update (the paper's code: 0.03)

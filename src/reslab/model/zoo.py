@@ -265,3 +265,30 @@ register_design("frac-connections", _BLOCKS + "frac:FracBlock",
                         "init (= pre-ln); options.dynamic: + s tanh(N(H_g) W), W = 0",
                 reference="Zhu et al. 2025 (Frac-Connections)", options=FracOptions, check=_frac_check,
                 partial_residual=False)
+
+
+# ---- Zoo IV: depth (blocks/cross_depth.py, blocks/mv_split.py) ----
+from .options import MVSplitOptions  # noqa: E402  - kept with its section
+
+
+def _mv_split_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    """(beta_init: a non-finite value is refused by the options reader already.)"""
+    alpha = design_options(cfg).alpha_init
+    if not 0.0 <= alpha <= 1.0:
+        return [f"model.options.alpha_init: the trunk mean becomes (1 - alpha) m(x) + alpha m(F), a leaky "
+                f"replacement, so alpha starts in 0..1, got {alpha!r}"]
+    return []
+
+
+_MV_SPLIT = ("split(x, F) = x + beta*(F - m(F)) + alpha*(m(F) - m(x)), m the causal running mean over "
+             "positions 1..t, alpha, beta per channel, init 0 and 0.03")
+_MV_SPLIT_REF = "Lu 2026 (Mean Mode Screaming: Mean-Variance Split Residuals, arXiv 2605.06169)"
+register_design("mv-split", _BLOCKS + "mv_split:MVSplitBlock",
+                formula="h = N1(split(x, A(x))); out = N2(split(h, M(h))) (the paper's code); " + _MV_SPLIT,
+                reference=_MV_SPLIT_REF, final_norm=False, partial_residual=False, layer_base=False,
+                options=MVSplitOptions, check=_mv_split_check)
+register_design("mv-split-pre", _BLOCKS + "mv_split:MVSplitPreBlock",
+                formula="h = split(x, A(N1(x))); out = split(h, M(N2(h))); final N (x-transformers' "
+                        "mv_split_residual); " + _MV_SPLIT,
+                reference=_MV_SPLIT_REF + "; x-transformers mv_split_residual", partial_residual=False,
+                layer_base=False, options=MVSplitOptions, check=_mv_split_check)
