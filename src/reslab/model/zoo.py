@@ -292,3 +292,17 @@ register_design("mv-split-pre", _BLOCKS + "mv_split:MVSplitPreBlock",
                         "mv_split_residual); " + _MV_SPLIT,
                 reference=_MV_SPLIT_REF + "; x-transformers mv_split_residual", partial_residual=False,
                 layer_base=False, options=MVSplitOptions, check=_mv_split_check)
+
+register_design("dca", _BLOCKS + "cross_depth:DCABlock",
+                formula="layer l: x_s = sum_(i<l) (b[s,i] + ReLU(u_s . RMS(X_i))) X_i for s = q, k, v over the layer "
+                        "outputs X_0 = emb, X_1, ...; a = A(N_q(x_q), N_k(x_k), N_v(x_v)); h = x_q + a; X_l = a + "
+                        "M(N2(h)); head reads N(GRN_out(X_0..X_L)); b = 1 at init (the sums: pre-ln while u = 0)",
+                reference="Heddes, Javanmard, Axiotis, Fu, Bateni, Mirrokni 2025 (DeepCrossAttention, arXiv "
+                          "2502.06785); structure as in lucidrains/deep-cross-attention",
+                stream="depth", partial_residual=False)
+register_design("moda", _BLOCKS + "cross_depth:MoDABlock",
+                formula="pre-ln; token t of layer l attends, in one softmax, to its own layer's keys s <= t and "
+                        "to the keys k^(i)_t of the same token in every earlier layer i < l: o_t = sum_s p_s v_s + "
+                        "sum_i p_i v^(i)_t",
+                reference="Zhu, Fang, Liao, Wang et al. 2026 (Mixture-of-Depths Attention, arXiv 2603.15619)",
+                stream="depth", learned_scales=True)
