@@ -14,9 +14,11 @@ input-dependent weights, one combination each for the queries, keys and values o
     h       = x_q + a;   X_l = a + M(N2(h))           the layer's output, appended to the sources
     head:     N_final(sum_(i<=L) w_out[i] (.) X_i)     one more GRN-v3 with a single output
 
-      X_0 ─┬──────────────┬─────────────── ...      x_q ─ N_q ─┐
-      X_1 ─┼─ GRN_l ── x_q, x_k, x_v ──>  x_k ─ N_k ─┼─ A ── a ─(+ x_q)─ h ── M(N2 h) ── m
-      ...  ┘                               x_v ─ N_v ─┘                X_l = a + m ──> sources
+      X_0, X_1, ..., X_(l-1) ── GRN_l ──> x_q, x_k, x_v
+      x_q ── N_q ─┐
+      x_k ── N_k ─┼── A ── a ──(+ x_q)── h ── N2 ── M ── m
+      x_v ── N_v ─┘
+      X_l = a + m ──> appended to the sources
 
 RMS is an RMSNorm without a gain (a gain g would only rescale u: u . (g z) = (g u) . z). At init
 b = 1, so every x_s is the plain sum of the sources, pre-ln's stream; with u = 0 the model IS
@@ -24,10 +26,13 @@ pre-ln (tested). u is drawn by the init scheme (small, not 0): ReLU's gradient a
 in PyTorch, so a u started at 0 would never move and the weights would stay static.
 Readings: the paper's equations were NOT available to read here (the search tools hold only its
 abstract and first page). The structure above follows the peer implementation read,
-lucidrains/deep-cross-attention (`GRN`, `DCABlock`, `DCAGPT`), except that (1) every earlier
-output is kept (that code keeps only the first k and last k layers, its reading of the paper's k,
-which it flags as uncertain), (2) reslab's norm kind is used for N_q, N_k, N_v, N2 (that code uses
-RMSNorm), and (3) u is not 0 at init (see above; that code starts it at 0).
+lucidrains/deep-cross-attention (`GRN`, `DCABlock`, `DCAGPT`, after its pull request #1, "Aligning
+implementation of GRNv3 compared to the paper", whose thread says the paper's bias varies per layer
+AND per channel and that the ReLU acts on the input-dependent term before the bias is added),
+except that (1) every earlier output is kept (that code keeps only the first k and last k layers,
+its reading of the paper's k, which it flags as uncertain), (2) reslab's norm kind is used for N_q,
+N_k, N_v, N2 (that code uses RMSNorm, and a gain in the GRN's RMSNorm), and (3) u is not 0 at init
+(see above; that code starts it at 0).
 The stream's x is h + M(N2(h)) = x_q + X_l (after the last layer: the head's mix).
 
 Mixture-of-Depths Attention (Zhu, Fang, Liao, ... Wang 2026, arXiv 2603.15619). A pre-ln block
