@@ -27,6 +27,7 @@ from tests.test_block_formulas import (
     check_block,
     make,
     ref_embed,
+    rope,
     stream_input,
     token_input,
 )
@@ -269,21 +270,26 @@ def test_dca_runtime_gain_multiplies_the_layer_outputs():
 # ---------------------------------------------------------------------------------------------
 # MoDA: one softmax over the layer's causal sequence keys and the same token's keys of earlier layers
 # ---------------------------------------------------------------------------------------------
-def moda_attention_ref(attn, x, depth, separate=False):
+def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=False):
     """Per head: p = softmax([q_t . k_s, s <= t] ++ [q_t . k^(i)_t, i < l]) / sqrt(d); o_t = sum p v.
-    separate: the wrong reading with two softmaxes (sequence, depth) whose outputs are added."""
+    separate: the wrong reading with two softmaxes (sequence, depth) whose outputs are added.
+    rotary: RoPE on the sequence scores only; the depth scores pair one position with itself, where
+    RoPE's rotations cancel, so they are written here from the unrotated q and k. mismatch: the wrong
+    pairing of a rotated query with unrotated depth keys."""
     Bx, Tx, Cx = x.shape
     W, b = attn.c_attn.weight, attn.c_attn.bias
     q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
     d = Cx // 2
     heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
     q, k, v = heads(q), heads(k), heads(v)
+    qs, ks = (rope(q), rope(k)) if rotary else (q, k)
     out = torch.zeros_like(q)
     for t in range(Tx):
         qt = q[:, :, t]                                                    # (B, H, d)
-        logits = [(qt * k[:, :, s]).sum(-1) / math.sqrt(d) for s in range(t + 1)]
+        logits = [(qs[:, :, t] * ks[:, :, s]).sum(-1) / math.sqrt(d) for s in range(t + 1)]
         values = [v[:, :, s] for s in range(t + 1)]
-        dlogits = [(qt * ki[:, :, t]).sum(-1) / math.sqrt(d) for ki, _ in depth]
+        qd = qs[:, :, t] if mismatch else qt
+        dlogits = [(qd * ki[:, :, t]).sum(-1) / math.sqrt(d) for ki, _ in depth]
         dvalues = [vi[:, :, t] for _, vi in depth]
         if separate and depth:
             ps, pd = torch.stack(logits, -1).softmax(-1), torch.stack(dlogits, -1).softmax(-1)
@@ -297,12 +303,13 @@ def moda_attention_ref(attn, x, depth, separate=False):
     return y @ attn.c_proj.weight.T + attn.c_proj.bias, (k, v)
 
 
-def moda_logits(model, idx, L, separate=False, no_depth=False):
+def moda_logits(model, idx, L, separate=False, no_depth=False, rotary=False, mismatch=False):
     r = Ref(L=L)
-    h = ref_embed(model, idx)
+    h = model.wte.weight[idx] if rotary else ref_embed(model, idx)
     depth = []
     for blk in model.blocks:
-        a, kv = moda_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else depth, separate)
+        a, kv = moda_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else depth, separate, rotary,
+                                   mismatch)
         h = h + a
         h = h + M(r, blk.mlp, N(r, blk.norm2, h))
         depth.append(kv)
@@ -318,6 +325,20 @@ def test_moda_whole_model():
         torch.testing.assert_close(logits, moda_logits(model, idx, L), **TOL)
         assert_differs(logits, moda_logits(model, idx, L, separate=True))   # two softmaxes, added
         assert_differs(logits, moda_logits(model, idx, L, no_depth=True))   # pre-ln (no depth keys)
+
+
+def test_moda_with_rope_scores_depth_keys_without_rotation():
+    """With RoPE the sequence scores are rotated; a token's depth keys sit at its own position, where the
+    rotations of q_t and k^(i)_t cancel, so the depth scores equal the unrotated q_t . k^(i)_t."""
+    L = 3
+    model = make("moda", L=L, pos="rope")
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        # the model computes rotary angles in float32 (as test_block_formulas' test_pre_ln_rope notes)
+        torch.testing.assert_close(logits, moda_logits(model, idx, L, rotary=True), rtol=1e-6, atol=1e-6)
+        assert_differs(logits, moda_logits(model, idx, L, rotary=True, no_depth=True))
+        assert_differs(logits, moda_logits(model, idx, L, rotary=True, mismatch=True))
 
 
 def test_moda_layer_one_is_pre_ln_layer_one():
