@@ -169,3 +169,9 @@ class KeelOptions:
 @dataclass(frozen=True)
 class SkipInitOptions:
     alpha_init: float = 0.0        # each branch's multiplier alpha at init (SkipInit: 0, or a small constant)
+
+
+@dataclass(frozen=True)
+class MVSplitOptions:
+    alpha_init: float = 0.0        # alpha at init: the leaky replacement of the trunk mean (0 keeps it)
+    beta_init: float = 0.03        # beta at init: the gain of the centred update (the paper's code: 0.03)

@@ -375,3 +375,44 @@ register_design("speedrun-lambdas", _BLOCKS + "norm_free:SpeedrunLambdasBlock",
                 stream="speedrun", options=SpeedrunOptions, check=_speedrun_check,
                 norms=tuple(n for n in ALL_NORMS if n != "none"),  # the record's norm is rmsnorm-nogain
                 defaults={"embed_norm": True})
+
+
+# ---- Zoo IV: depth (blocks/cross_depth.py, blocks/mv_split.py) ----
+from .options import MVSplitOptions  # noqa: E402  - kept with its section
+
+
+def _mv_split_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    """(beta_init: a non-finite value is refused by the options reader already.)"""
+    alpha = design_options(cfg).alpha_init
+    if not 0.0 <= alpha <= 1.0:
+        return [f"model.options.alpha_init: the trunk mean becomes (1 - alpha) m(x) + alpha m(F), a leaky "
+                f"replacement, so alpha starts in 0..1, got {alpha!r}"]
+    return []
+
+
+_MV_SPLIT = ("split(x, F) = x + beta*(F - m(F)) + alpha*(m(F) - m(x)), m the causal running mean over "
+             "positions 1..t, alpha, beta per channel, init 0 and 0.03")
+_MV_SPLIT_REF = "Lu 2026 (Mean Mode Screaming: Mean-Variance Split Residuals, arXiv 2605.06169)"
+register_design("mv-split", _BLOCKS + "mv_split:MVSplitBlock",
+                formula="h = N1(split(x, A(x))); out = N2(split(h, M(h))) (the paper's code); " + _MV_SPLIT,
+                reference=_MV_SPLIT_REF, final_norm=False, partial_residual=False, layer_base=False,
+                options=MVSplitOptions, check=_mv_split_check)
+register_design("mv-split-pre", _BLOCKS + "mv_split:MVSplitPreBlock",
+                formula="h = split(x, A(N1(x))); out = split(h, M(N2(h))); final N (x-transformers' "
+                        "mv_split_residual); " + _MV_SPLIT,
+                reference=_MV_SPLIT_REF + "; x-transformers mv_split_residual", partial_residual=False,
+                layer_base=False, options=MVSplitOptions, check=_mv_split_check)
+
+register_design("dca", _BLOCKS + "cross_depth:DCABlock",
+                formula="layer l: x_s = sum_(i<l) (b[s,i] + ReLU(u_s . RMS(X_i))) X_i for s = q, k, v over the layer "
+                        "outputs X_0 = emb, X_1, ...; a = A(N_q(x_q), N_k(x_k), N_v(x_v)); h = x_q + a; X_l = a + "
+                        "M(N2(h)); head reads N(GRN_out(X_0..X_L)); b = 1 at init (the sums: pre-ln while u = 0)",
+                reference="Heddes, Javanmard, Axiotis, Fu, Bateni, Mirrokni 2025 (DeepCrossAttention, arXiv "
+                          "2502.06785); structure as in lucidrains/deep-cross-attention",
+                stream="depth", partial_residual=False)
+register_design("moda", _BLOCKS + "cross_depth:MoDABlock",
+                formula="pre-ln; token t of layer l attends, in one softmax, to its own layer's keys s <= t and "
+                        "to the keys k^(i)_t of the same token in every earlier layer i < l: o_t = sum_s p_s v_s + "
+                        "sum_i p_i v^(i)_t",
+                reference="Zhu, Fang, Liao, Wang et al. 2026 (Mixture-of-Depths Attention, arXiv 2603.15619)",
+                stream="depth", learned_scales=True)

@@ -15,6 +15,8 @@ instead, so they keep those outputs. Their stream is a DepthState:
              or None
     units    sources[i] / RMS(sources[i]), kept beside the sources for the designs that score them
              (Attention Residuals), so each is normalised once
+    kv       the earlier layers' attention keys and values ((k, v) per layer, (B, H, T, d) each),
+             for the designs whose attention reads them across depth (MoDA); () otherwise
 
     enter:   x = emb, sources = (emb,), partial = None      (emb = N_emb(emb) with embed_norm)
     exit:    head input = N_final(x)
@@ -41,6 +43,7 @@ class DepthState:
     partial: torch.Tensor | None = None
     views: tuple | None = None
     units: tuple = ()
+    kv: tuple = ()
 
 
 class DepthStream(nn.Module):
