@@ -305,9 +305,11 @@ def test_every_registered_design_has_a_reference_formula():
     their families' files (attention residuals, hyper-connections, nGPT, scaled and gated blocks,
     parallel / depth-mixing / speedrun blocks)."""
     from . import test_attention_residuals, test_hyper_connections, test_ngpt, test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks
+    from . import test_zoo4_inblock
 
     elsewhere = set().union(*(m.FORMULA_TESTED for m in (test_attention_residuals, test_hyper_connections, test_ngpt,
-                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks)))
+                                                    test_scaled_and_gated_blocks, test_parallel_depth_and_speedrun_blocks,
+                                                    test_zoo4_inblock)))
     assert not set(REF) & elsewhere
     assert set(REF) | elsewhere == set(reslab.designs())
     assert set(FINAL_NORM) | {"resi-dual"} == set(REF)
@@ -583,7 +585,7 @@ PRORES_DESIGNS = [n for n in reslab.designs() if reslab.get_design(n).prores]
 def test_prores_designs_are_the_spec_list():
     assert set(PRORES_DESIGNS) == {"pre-ln", "post-ln", "sandwich-ln", "peri-ln", "mix-ln",
                                    "deepnorm", "lns", "reordered-ln", "layerscale", "parallel",
-                                   "denseformer", "speedrun", "normformer"}
+                                   "denseformer", "speedrun", "normformer", "canon", "altup"}
 
 
 @pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # tested in their families' files

@@ -7,6 +7,8 @@ does not depend on (or disturb) the global RNG that data order or dropout might 
     identity   gpt2, then W_Q = 0 (shaped attention = I) and the extra first-layer W_V = 0  (SAS)
     xavier     Xavier-normal everywhere in the blocks (the setting of Xiong et al. 2020)
 Embeddings (and an untied head) are N(0, std) in every scheme; biases are 0; norms are 1 and 0.
+Canon layers' depthwise kernels (blocks/canon.py) are U(-1/sqrt(K), 1/sqrt(K)) in every scheme, as
+nn.Conv1d's default that the paper's code keeps.
 After the scheme, gain_mode = "init" multiplies each branch's last affine map (W_P and W2, or
 the output norm of sandwich / peri-ln) by branch_gain.
 """
@@ -20,6 +22,7 @@ from torch import nn
 
 from .attention import CausalSelfAttention
 from .blocks.base import output_projections
+from .blocks.canon import CanonConv
 from .blocks.post_norm import deepnorm_beta
 from .mlp import MLP
 
@@ -66,6 +69,9 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
                 m.bias.zero_()
         elif isinstance(m, nn.Embedding):
             _normal_(m.weight, std, g)
+        elif isinstance(m, CanonConv):
+            bound = 1.0 / math.sqrt(m.weight.shape[1])
+            m.weight.copy_(torch.empty(m.weight.shape, dtype=torch.float32).uniform_(-bound, bound, generator=g).to(m.weight))
         elif hasattr(m, "reset_parameters"):
             # norms, blocks, attention, residual points, gates, ...: every module that owns parameters
             # or buffers beyond Linear / Embedding rewrites them here, so a model built on the meta

@@ -11,6 +11,7 @@ from .design import ALL_NORMS
 from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HyperOptions, LaurelOptions,
                       MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions, ResiDualOptions, SASOptions,
                       SpeedrunOptions)
+from .options import CANON_POINTS, MAX_ALTUP_BLOCKS, MAX_CANON_KERNEL, AltUpOptions, CanonOptions
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -265,3 +266,45 @@ register_design("frac-connections", _BLOCKS + "frac:FracBlock",
                         "init (= pre-ln); options.dynamic: + s tanh(N(H_g) W), W = 0",
                 reference="Zhu et al. 2025 (Frac-Connections)", options=FracOptions, check=_frac_check,
                 partial_residual=False)
+
+
+# ---- Zoo IV: inside the block (blocks/canon.py, blocks/altup.py) ----
+def _whole_number(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _canon_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    opts, errors = design_options(cfg), []
+    points = opts.points
+    if not points or set(points) - set(CANON_POINTS) or len(set(points)) != len(points):
+        errors.append(f"model.options.points: name each of A, B, C, D at most once (e.g. 'AC', 'ABCD'), got {points!r}")
+    if not _whole_number(opts.kernel, 1, MAX_CANON_KERNEL):
+        errors.append(f"model.options.kernel: a whole number in 1..{MAX_CANON_KERNEL}, got {opts.kernel!r}")
+    return errors
+
+
+register_design("canon", _BLOCKS + "canon:CanonBlock",
+                formula="pre-ln with canon(h) = h + sum_(j<K) w[:, j] h_(t-K+1+j) (causal depthwise, K = 4) at "
+                        "options.points: A on N1(x), B on [Q; K; V] before RoPE, C on N2(x), D on W1 h before the "
+                        "activation; w ~ U(-1/sqrt(K), 1/sqrt(K))",
+                reference="Allen-Zhu 2025 (Physics of Language Models: Part 4.1, Architecture Design and the Magic "
+                          "of Canon Layers, arXiv 2512.17351)",
+                options=CanonOptions, check=_canon_check,
+                prores=True, per_layer=True, learned_scales=True, attention_carry=True)
+
+
+def _altup_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    K = design_options(cfg).K
+    if not _whole_number(K, 1, MAX_ALTUP_BLOCKS):
+        return [f"model.options.K: a whole number of sub-blocks in 1..{MAX_ALTUP_BLOCKS}, got {K!r}"]
+    return []
+
+
+register_design("altup", _BLOCKS + "altup:AltUpBlock",
+                formula="K sub-blocks x_i of width C (x_1 = emb, x_2..K from a wider token table); layer l: "
+                        "x^_i = sum_j p_ij x_j; x~ = PreLN(x^_a), a = (l-1) mod K; x'_i = x^_i + g_i (x~ - x^_a); "
+                        "p = I, g = 1 at init; head reads N(sum_i x_i)",
+                reference="Baykal, Cutler, Dikkala, Ghosh, Panigrahy, Wang 2023 (Alternating Updates for Efficient "
+                          "Transformers, NeurIPS 2023, arXiv 2301.13310)",
+                stream="altup", options=AltUpOptions, check=_altup_check,
+                prores=True, learned_scales=True, attention_carry=True)
