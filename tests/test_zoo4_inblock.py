@@ -367,6 +367,34 @@ def test_altup_whole_model(K):
         assert_differs(logits, head(model, X[:, :, 0]))                     # the head reads every sub-block
 
 
+def test_recycled_altup_copies_the_embedding():
+    L, K = 2, 3
+    model, idx = make("altup", L=L, options={"K": K, "recycled": True}), token_input()
+    assert model.stream.wide_wte is None
+    with torch.no_grad():
+        X = torch.stack([embed(model, idx)] * K, dim=2)
+        for layer in range(1, L + 1):
+            X = altup_block(model.blocks[layer - 1], X, layer, K)
+        torch.testing.assert_close(model(idx), head(model, X.sum(2), EPS * K ** 2), **TOL)
+        # wrong: the wider table's form (sub-blocks 2..K zero here, i.e. not copied)
+        X = torch.cat([embed(model, idx).unsqueeze(2), torch.zeros(*idx.shape, K - 1, C, dtype=torch.float64)], 2)
+        for layer in range(1, L + 1):
+            X = altup_block(model.blocks[layer - 1], X, layer, K)
+        assert_differs(model(idx), head(model, X.sum(2), EPS * K ** 2))
+
+
+def test_altup_diagnostics_and_probe_read_the_mean_of_the_sub_blocks():
+    from reslab.diagnostics.collector import Diagnostics
+    from reslab.probe.measure import probe_model
+
+    model = reslab.build_model("altup", n_layer=2, n_embd=C, n_head=H, block_size=8, vocab_size=11)
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    row = Diagnostics(model, (idx, idx), interval=1).measure(0)
+    assert row["hidden_stream"] == "mean" and math.isfinite(row["hidden_norm.block1"])
+    out = probe_model(model, idx, idx)
+    assert len(out["act_norm"]) == 2 and all(math.isfinite(v) for v in out["act_norm"])
+
+
 def test_altup_at_init_with_one_sub_block_is_pre_ln():
     """K = 1, p = g = 1: x + 1 (L(x) - x) = L(x), equal to pre-ln up to float32 rounding (same seed, same draws)."""
     cfg = dict(n_layer=3, n_embd=C, n_head=H, block_size=8, vocab_size=11, seed=5)
@@ -387,12 +415,14 @@ def test_altup_init_values():
     assert 0.01 < model.stream.wide_wte.weight.std().item() < 0.04
 
 
-@pytest.mark.parametrize("K", [0, 17, True])
-def test_altup_refuses_bad_k_with_one_line(K):
+@pytest.mark.parametrize("options,field", [({"K": 0}, "model.options.K"), ({"K": 17}, "model.options.K"),
+                                           ({"K": True}, "model.options.K"), ({"K": 1, "recycled": True},
+                                                                              "model.options.recycled"),
+                                           ({"points": "A"}, "model.options.points")])
+def test_altup_refuses_bad_options_with_one_line(options, field):
     with pytest.raises(ConfigError) as e:
-        reslab.build_model("altup", n_layer=2, n_embd=C, n_head=H, vocab_size=11, options={"K": K})
-    assert len(e.value.errors) == 1 and e.value.errors[0].startswith("model.options"), e.value.errors
-    assert "K" in e.value.errors[0]
+        reslab.build_model("altup", n_layer=2, n_embd=C, n_head=H, vocab_size=11, options=options)
+    assert len(e.value.errors) == 1 and e.value.errors[0].startswith(field), e.value.errors
 
 
 def test_altup_refuses_layer_designs():

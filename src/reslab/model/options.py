@@ -171,3 +171,4 @@ class CanonOptions:
 @dataclass(frozen=True)
 class AltUpOptions:
     K: int = 2                     # the stream is K sub-blocks of width C; layer l computes on sub-block (l - 1) mod K
+    recycled: bool = False         # Recycled-AltUp: sub-blocks 2..K copy the embedding (no wider token table)

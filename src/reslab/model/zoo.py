@@ -294,16 +294,18 @@ register_design("canon", _BLOCKS + "canon:CanonBlock",
 
 
 def _altup_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
-    K = design_options(cfg).K
-    if not _whole_number(K, 1, MAX_ALTUP_BLOCKS):
-        return [f"model.options.K: a whole number of sub-blocks in 1..{MAX_ALTUP_BLOCKS}, got {K!r}"]
+    opts = design_options(cfg)
+    if not _whole_number(opts.K, 1, MAX_ALTUP_BLOCKS):
+        return [f"model.options.K: a whole number of sub-blocks in 1..{MAX_ALTUP_BLOCKS}, got {opts.K!r}"]
+    if opts.recycled and opts.K == 1:
+        return ["model.options.recycled: copies the embedding into sub-blocks 2..K; needs K >= 2"]
     return []
 
 
 register_design("altup", _BLOCKS + "altup:AltUpBlock",
                 formula="K sub-blocks x_i of width C (x_1 = emb, x_2..K from a wider token table); layer l: "
                         "x^_i = sum_j p_ij x_j; x~ = PreLN(x^_a), a = (l-1) mod K; x'_i = x^_i + g_i (x~ - x^_a); "
-                        "p = I, g = 1 at init; head reads N(sum_i x_i)",
+                        "p = I, g = 1 at init; head reads N(sum_i x_i); options.recycled: x_2..K copy emb",
                 reference="Baykal, Cutler, Dikkala, Ghosh, Panigrahy, Wang 2023 (Alternating Updates for Efficient "
                           "Transformers, NeurIPS 2023, arXiv 2301.13310)",
                 stream="altup", options=AltUpOptions, check=_altup_check,

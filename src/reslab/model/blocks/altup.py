@@ -14,7 +14,9 @@ width C (a K*C-wide representation); a layer of width C stays the layer of a C-w
 
 Embedding: the paper widens the token embedding to K*C. reslab's embedding (wte + wpe, width C) is
 sub-block 1; sub-blocks 2..K come from an extra token table of width (K - 1) C (no positions), drawn
-by the init scheme like wte. Head: N_final(sum_i x_i), N_final's eps times K^2 (so it is N of the
+by the init scheme like wte. options.recycled: sub-blocks 2..K are copies of sub-block 1 and there is
+no extra table (Recycled-AltUp, as secondary summaries of the paper describe it: replicate the narrow
+embedding, sum the sub-blocks at the output). Head: N_final(sum_i x_i), N_final's eps times K^2 (so it is N of the
 mean, as hyper-connections' head).
 
 Readings (the paper's own text was not available here; what was read is Hugging Face transformers'
@@ -49,18 +51,20 @@ class AltUpStream(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.K = design_options(cfg).K
+        opts = design_options(cfg)
+        self.K = opts.K
         self.embed_norm = make_norm(cfg.norm if cfg.embed_norm else "none", cfg.n_embd,
                                     bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
         # sub-blocks 2..K of the widened token embedding (absent with K = 1)
-        self.wide_wte = nn.Embedding(cfg.vocab_size, (self.K - 1) * cfg.n_embd) if self.K > 1 else None
+        self.wide_wte = nn.Embedding(cfg.vocab_size, (self.K - 1) * cfg.n_embd) if self.K > 1 and not opts.recycled \
+            else None
         self.final_norm = make_norm(cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps * self.K ** 2,
                                     alpha=cfg.dyt_alpha)
 
     def enter(self, emb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed_norm(emb).unsqueeze(-2)                               # (B, T, 1, C)
-        if self.wide_wte is None:
-            return x
+        if self.wide_wte is None:                                            # K = 1, or recycled: K copies
+            return x.expand(*x.shape[:-2], self.K, x.shape[-1])
         rest = self.wide_wte(idx).view(*idx.shape, self.K - 1, emb.shape[-1])
         return torch.cat([x, rest.to(x.dtype)], dim=-2)
 
