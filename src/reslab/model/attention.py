@@ -26,11 +26,6 @@ Exclusive self-attention (XSA, arXiv 2603.09078), per head and token i, before W
     y_i <- y_i - g (<y_i, v_i> / <v_i, v_i>) v_i      the output's component along the token's own value removed
     xsa = "full": g = 1 (the paper); "gated": g = tanh(a_h), a_h learned per head, 0 at init (modded-nanogpt
     record #82: XSA starts switched off and each head learns how much of it to use).
-Gated attention (Qiu et al. 2025, arXiv 2505.06708, position G1), per head h and token i, last before W_P:
-    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h]    attn_gate = "head": one gate per head (W_g: C -> H)
-    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h, :] attn_gate = "elementwise": one per head channel (C -> C)
-    x is the attention's input (N1(x) in a pre-ln block; the query's input with MUDD's separate views).
-    W_g is drawn by the init scheme like any Linear, b_g = 0: every gate is about 1/2 at init.
     P_l = softmax(causal_mask(S_l))           (the mask is applied anew in every layer)
     A_l = P_l V_l                             (V_l' with the value residual)
     SDPA cannot return scores, so with residual attention the attention is computed explicitly
@@ -43,6 +38,13 @@ Gated attention (Qiu et al. 2025, arXiv 2505.06708, position G1), per head h and
     values  V1 ──────┬──────────> V2' = l1 V2 + l2 V1            V3' = l1 V3 + l2 V1       (ResFormer)
                      └───────────────────────────────────────────────────^
     Accumulated scores are kept in float32 (float64 stays float64) even under bf16 autocast.
+
+Gated attention (Qiu et al. 2025, arXiv 2505.06708, position G1), per head h and token i, last before W_P:
+    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h]    attn_gate = "head": one gate per head (W_g: C -> H)
+    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h, :] attn_gate = "elementwise": one per head channel (C -> C)
+    x is the attention's input (N1(x) in a pre-ln block; the query's input with MUDD's separate views).
+    W_g is drawn by the init scheme like any Linear, b_g = 0: every gate is about 1/2 at init.
+Canon-B (blocks/canon.py) sets qkv_mix, a causal mix along the sequence of [Q; K; V] after QK-norm, before RoPE.
 """
 
 from __future__ import annotations

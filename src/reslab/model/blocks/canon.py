@@ -1,25 +1,27 @@
 """Canon layers: a short causal depthwise convolution, with a residual, at up to four points of a pre-ln block.
 
 Allen-Zhu 2025, "Physics of Language Models: Part 4.1, Architecture Design and the Magic of Canon
-Layers" (arXiv 2512.17351). One Canon layer on a sequence h_1..h_T of width D, per channel c:
+Layers" (arXiv 2512.17351). One Canon layer on a sequence h_1..h_T, per channel c:
 
     canon(h)_t = h_t + sum_(j=0..K-1) w[c, j] * h_(t-K+1+j)      (h_s = 0 for s < 1; K = options.kernel = 4)
 
 so w[:, K-1] weighs the token itself and w[:, 0] the token K-1 places back; no bias, no activation
 (the official defaults canon_bias = False, canon_activation = False). options.residual = false drops
-the leading h_t. The four points (options.points, default "ABCD" as the paper's full Canon):
+the leading h_t. The four points (options.points; default "ABCD", every point, as PhysicsLM4's
+canon_set = "ABCD"):
 
-    x ──┬──────────────────────────────────────(+)──┬─────────────────────────────────────(+)──>
-        └─ N1 ─ [A] ─ W_Q,W_K,W_V ─ [B] ─ RoPE ─ SDPA ─ W_P ┘  └─ N2 ─ [C] ─ W1 ─ [D] ─ act ─ W2 ┘
+    x ──┬───────────────────────────────────────────────────(+)─┬─────────────────────────────────(+)──>
+        └─ N1 ─ [A] ─ W_Q,W_K,W_V ─ [B] ─ RoPE ─ SDPA ─ W_P ─┘  └─ N2 ─ [C] ─ W1 ─ [D] ─ act ─ W2 ─┘
 
-    A  h = canon(N1(x)), the attention's input           (D = C, the width)
-    B  [Q; K; V] = canon([Q; K; V]) after the projections  (D = 3C), after QK-norm, before RoPE
-    C  h = canon(N2(x)), the MLP's input                 (D = C)
-    D  W1 h = canon(W1 h) before the activation           (D = the MLP's hidden width; for SwiGLU W1 = [W_gate; W_up],
-                                                             so the gate and up halves are mixed together, as
-                                                             PhysicsLM4 convolves cat(gate, up))
+    A  h = canon(N1(x)), the attention's input            (C channels)
+    B  [Q; K; V] = canon([Q; K; V]) after the projections  (3C channels), after QK-norm, before RoPE
+    C  h = canon(N2(x)), the MLP's input                  (C channels)
+    D  W1 h = canon(W1 h) before the activation            (the MLP's hidden units; for SwiGLU, W1 = [W_gate; W_up]
+                                                              and both halves are mixed, as PhysicsLM4 convolves
+                                                              cat(gate, up))
 
-Readings where the paper leaves a choice (or reslab's block differs from its Llama):
+Readings (the paper's own text was not available here; its official code was read) where a choice is
+left open or reslab's block differs from the official Llama:
 - Where each point sits follows the official code, facebookresearch/PhysicsLM4 `huggingface/
   modeling_llama_canon.py` (LlamaCanonDecoderLayer, LlamaCanonAttention, LlamaCanonMLP) and
   `canon_helper.py` (ShortConvolution: nn.Conv1d(groups=D, padding=K-1), output cut to the first T steps).
