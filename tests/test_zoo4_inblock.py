@@ -159,6 +159,29 @@ def test_gated_attention_whole_model_and_gate_after_w_p_differs():
         assert_differs(model(idx), head(model, x))
 
 
+def test_gate_reads_the_query_input_with_separate_views():
+    """MUDD's attention reads q, k, v from three inputs: the gate reads the query's (Qwen3-Next's gate comes
+    out of q_proj)."""
+    model = make("mudd", attn_gate="head")
+    attn = model.blocks[1].attn
+    xq, xk, xv = stream_input(1), stream_input(2), stream_input(3)
+    Bx, Tx, Cx = xq.shape
+    d = Cx // H
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    heads = lambda t: t.reshape(Bx, Tx, H, d).transpose(1, 2)               # noqa: E731
+    q, k, v = (heads(lin(t, W[i * Cx:(i + 1) * Cx], b[i * Cx:(i + 1) * Cx])) for i, t in enumerate((xq, xk, xv)))
+    P = torch.softmax((q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(
+        torch.ones(Tx, Tx, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
+    with torch.no_grad():
+        out = attn(xq, views=(xq, xk, xv))
+        def ref(gate_input):
+            s = SIG(lin(gate_input, attn.c_gate.weight, attn.c_gate.bias)).transpose(1, 2)[..., None]
+            return lin((P @ v * s).transpose(1, 2).reshape(Bx, Tx, Cx), attn.c_proj.weight, attn.c_proj.bias)
+
+        torch.testing.assert_close(out, ref(xq), **TOL)
+        assert_differs(out, ref(xk))                                          # wrong: the gate read the keys' input
+
+
 @pytest.mark.parametrize("design", ["parallel", "hyper-connections", "canon", "sas"])
 def test_gated_attention_reaches_the_designs_on_reslabs_attention(design):
     plain = reslab.build_model(design, n_layer=2, n_embd=C, n_head=H, block_size=8, vocab_size=11, seed=0)
