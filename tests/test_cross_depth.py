@@ -1,4 +1,4 @@
-"""Zoo IV, the depth family: mean-variance split residuals (mv-split, mv-split-pre), DeepCrossAttention
+"""Attending across depth: mean-variance split residuals (mv-split, mv-split-pre), DeepCrossAttention
 (dca) and Mixture-of-Depths Attention (moda), each against its formula recomputed here from raw weight
 tensors.
 

@@ -1,4 +1,4 @@
-"""Zoo IV, init family: skipinit, fixup, t-fixup, sub-ln (blocks/init_based.py) and the inits fixup,
+"""Normalisation replaced by initialisation: skipinit, fixup, t-fixup, sub-ln (blocks/init_based.py) and the inits fixup,
 t-fixup, ds-init, sub-ln (model/init.py).
 
 Formulas: the method of test_block_formulas.py. Float64 models whose every parameter is randomised

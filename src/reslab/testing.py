@@ -65,6 +65,8 @@ OPTION_PROBES = [
     ("xsa=full", {}, {"xsa": "full"}),
     ("xsa=gated", {}, {"xsa": "gated"}),
     ("stochastic_depth", {}, {"stochastic_depth": 0.5}),
+    ("attn_gate=head", {}, {"attn_gate": "head"}),
+    ("attn_gate=elementwise", {}, {"attn_gate": "elementwise"}),
     ("stochastic_depth_rule", {"stochastic_depth": 0.5}, {"stochastic_depth_rule": "uniform"}),
 ]
 # How a design refuses each probe it does not take, named in the kit's failure so that its author can
@@ -78,6 +80,7 @@ REFUSED_BY_FLAG = {
     "residual_update": ("learned_scales", False), "stochastic_depth": ("learned_scales", False),
     "value_residual": ("attention_carry", False), "residual_attention": ("attention_carry", False),
     "qk_norm": ("qk_norm", False), "xsa=full": ("qk_norm", False), "xsa=gated": ("qk_norm", False),
+    "attn_gate=head": ("qk_norm", False), "attn_gate=elementwise": ("qk_norm", False),
     "norm=rmsnorm": ("norms", ("layernorm",)), "norm=dyt": ("norms", ("layernorm",)),
     "norm=none": ("norms", ("layernorm",)),
     "layer_designs": ("layer_base", False),

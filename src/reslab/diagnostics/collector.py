@@ -120,7 +120,7 @@ class Diagnostics:
         row.update(_prefixed("param_norm", stats.grouped_norms(params_by_name, self.groups)))
 
         dual = isinstance(stream_in[0], tuple)
-        hyper = getattr(getattr(model, "design", None), "stream", None) == "hyper"
+        hyper = getattr(getattr(model, "design", None), "stream", None) in ("hyper", "altup")  # (B, T, n, C)
         row["hidden_stream"] = "xa" if dual else "mean" if hyper else "x"
         states = [stream_in[0]] + outs                  # states[0] = embed, states[i+1] = block i out
         main = [s[0] if dual else s for s in states]

@@ -40,6 +40,13 @@ Exclusive self-attention (XSA, arXiv 2603.09078), per head and token i, before W
     values  V1 ──────┬──────────> V2' = l1 V2 + l2 V1            V3' = l1 V3 + l2 V1       (ResFormer)
                      └───────────────────────────────────────────────────^
     Accumulated scores are kept in float32 (float64 stays float64) even under bf16 autocast.
+
+Gated attention (Qiu et al. 2025, arXiv 2505.06708, position G1), per head h and token i, last before W_P:
+    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h]    attn_gate = "head": one gate per head (W_g: C -> H)
+    y_i,h <- y_i,h * sigmoid(x_i W_g + b_g)[h, :] attn_gate = "elementwise": one per head channel (C -> C)
+    x is the attention's input (N1(x) in a pre-ln block; the query's input with MUDD's separate views).
+    W_g is drawn by the init scheme like any Linear, b_g = 0: every gate is about 1/2 at init.
+Canon-B (blocks/canon.py) sets qkv_mix, a causal mix along the sequence of [Q; K; V] after QK-norm, before RoPE.
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ class AttentionCarry:
 
 VALUE_RESIDUAL_ROLES = ("off", "first", "mix")
 XSA_MODES = ("off", "full", "gated")
+GATE_MODES = ("off", "head", "elementwise")
 
 
 class CausalSelfAttention(nn.Module):
@@ -97,7 +105,7 @@ class CausalSelfAttention(nn.Module):
                  shaped: bool = False, value: str = "linear", rope_base: float | None = None,
                  value_residual: str = "off", value_residual_init: float = 0.5,
                  residual_attention: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
-                 head_scale: bool = False, xsa: str = "off", v_norm: bool = False):
+                 head_scale: bool = False, xsa: str = "off", v_norm: bool = False, gate: str = "off"):
         super().__init__()
         assert value in ("linear", "identity", "identity+linear")
         assert value_residual in VALUE_RESIDUAL_ROLES
@@ -138,6 +146,11 @@ class CausalSelfAttention(nn.Module):
         self.xsa = xsa
         # XSA's gate a_h (tanh(a_h) = 0 at init: the plain attention); none with xsa = "full" (g = 1)
         self.xsa_gate = nn.Parameter(torch.empty(n_head, 1, 1)) if xsa == "gated" else None
+        assert gate in GATE_MODES
+        self.gate = gate
+        # gated attention's W_g (+ b_g): one logit per head ("head") or per head channel ("elementwise")
+        self.c_gate = None if gate == "off" else nn.Linear(n_embd, n_head if gate == "head" else n_embd, bias=bias)
+        self.qkv_mix = None    # a module on [Q; K; V] (B, T, 3C) before RoPE: Canon-B (blocks/canon.py) sets it
         self.resid_dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
@@ -176,6 +189,9 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.v_norm is not None:  # before any value mixing, as HybridNorm's official code does
             v = self.v_norm(v)
+        if self.qkv_mix is not None:  # Canon-B: after QK-norm, before RoPE, as PhysicsLM4's LlamaCanon
+            merged = torch.cat([t.transpose(1, 2).flatten(2) for t in (q, k, v)], dim=-1)
+            q, k, v = (self._heads(t) for t in self.qkv_mix(merged).split(self.n_embd, dim=-1))
         if self.rope_base is not None:
             q, k = rotate_rope(q, self.rope_base), rotate_rope(k, self.rope_base)
         return q, k, v
@@ -240,8 +256,15 @@ class CausalSelfAttention(nn.Module):
             y = y - self.exclusive_part(y, v)
         if self.head_gain is not None:
             y = self.head_gain * y                                   # (H, 1, 1) over (B, H, T, d)
+        if self.c_gate is not None:
+            y = y * self.output_gate(x if views is None else views[0])
         y = y.transpose(1, 2).reshape(x.shape)
         return self.resid_dropout(self.c_proj(y))
+
+    def output_gate(self, x: torch.Tensor) -> torch.Tensor:
+        """Gated attention: sigmoid(x W_g + b_g) as (B, H, T, 1) (one per head) or (B, H, T, d) (per channel)."""
+        g = torch.sigmoid(self.c_gate(x))
+        return g.transpose(1, 2).unsqueeze(-1) if self.gate == "head" else self._heads(g)
 
     def exclusive_part(self, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """XSA: g (<y_i, v_i> / <v_i, v_i>) v_i per head and token, the part of y that XSA removes."""

@@ -79,6 +79,9 @@ class ModelConfig(Typed):
     # Exclusive self-attention (XSA): each head's output loses its component along the token's own
     # value, y_i - g (<y_i, v_i> / |v_i|^2) v_i; "full": g = 1, "gated": g = tanh(a_h), a_h = 0 at init.
     xsa: Literal["off", "full", "gated"] = "off"
+    # Gated attention (Qiu et al. 2025, G1): each head's output times sigmoid(x W_g + b_g) before W_P, x the
+    # attention's input; "head": one gate per head and token, "elementwise": one per head channel and token.
+    attn_gate: Literal["off", "head", "elementwise"] = "off"
     # Stochastic depth / LayerDrop, in training only: layer l's branches are dropped for a whole update
     # with probability p_l (its skip stays), kept ones scaled by 1 / (1 - p_l). "linear": p_l = p l / L
     # (Huang et al. 2016); "uniform": p_l = p (LayerDrop, Fan et al. 2019). Drawn from (seed, update).

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 NORMED = ("layernorm", "rmsnorm", "dyt")
 ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none", "derf", "seednorm", "rmsnorm-nogain")
-STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun")
+STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun", "altup")
 
 
 # Options that are [model] fields and compose with many designs: (setting, formula, the Design flag
@@ -27,6 +27,8 @@ MODEL_OPTIONS = (
     ("residual_update = \"orthogonal\"", "x + F - (<F, s x> / <s x, s x>) s x at every residual point", "learned_scales"),
     ("xsa = \"full\" | \"gated\"", "y_i - g (<y_i, v_i> / <v_i, v_i>) v_i per head, before W_P; g = 1, or "
      "tanh(a_h) with a_h = 0 at init (not with shaped attention)", "qk_norm"),
+    ("attn_gate = \"head\" | \"elementwise\"", "y <- y * sigmoid(x W_g + b_g) per head (one gate per head and token, "
+     "or one per head channel), x the attention's input, before W_P (gated attention, G1)", "qk_norm"),
     ("stochastic_depth = p", "training only: layer l's branches dropped for an update with probability p_l "
      "(rule linear: p l / L; uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)", "learned_scales"),
 )

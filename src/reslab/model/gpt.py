@@ -18,6 +18,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .attention import AttentionCarry
+from .blocks.altup import AltUpStream
 from .blocks.depth import DepthState, DepthStream
 from .blocks.hyper import HyperStream
 from .blocks.ngpt import NGPTStream, unit_rows_
@@ -75,7 +76,8 @@ STREAMS = {"single": lambda cfg, design: SingleStream(cfg, design.final_norm),
            "dual": lambda cfg, design: DualStream(cfg),
            "hyper": lambda cfg, design: HyperStream(cfg),
            "depth": lambda cfg, design: DepthStream(cfg, design.final_norm),
-           "speedrun": lambda cfg, design: SpeedrunStream(cfg)}
+           "speedrun": lambda cfg, design: SpeedrunStream(cfg),
+           "altup": lambda cfg, design: AltUpStream(cfg)}
 
 # Streams whose state is an object with the stream tensor in .x (probes and diagnostics read it).
 STATE_TYPES = (DepthState, SpeedrunState)

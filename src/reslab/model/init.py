@@ -12,7 +12,8 @@ does not depend on (or disturb) the global RNG that data order or dropout might 
     ds-init    Xavier-uniform with its bound times 1/sqrt(l) in layer l (alpha = 1)   (DS-Init)
     sub-ln     Xavier-uniform; W_V, W_P, W1, W2 multiplied by sqrt(log(2L))           (Magneto)
 Embeddings (and an untied head) are N(0, std) in every scheme but t-fixup (and fixup's head); biases
-are 0; norms are 1 and 0.
+are 0; norms are 1 and 0. Canon layers' depthwise kernels (blocks/canon.py) are
+U(-1/sqrt(K), 1/sqrt(K)) in every scheme, as nn.Conv1d's default that the paper's code keeps.
 
 Where the papers leave a choice open (blocks/init_based.py has the designs):
 t-fixup  The paper gives (9N)^(-1/4) for the decoder and 0.67 N^(-1/4) for the encoder (the authors'
@@ -49,6 +50,7 @@ from torch import nn
 
 from .attention import CausalSelfAttention
 from .blocks.base import output_projections
+from .blocks.canon import CanonConv
 from .blocks.post_norm import deepnorm_beta
 from .mlp import MLP
 
@@ -127,6 +129,9 @@ def init_weights(model: nn.Module, cfg, generator: torch.Generator) -> None:
                 m.bias.zero_()
         elif isinstance(m, nn.Embedding):
             _normal_(m.weight, std, g)
+        elif isinstance(m, CanonConv):
+            bound = 1.0 / math.sqrt(m.weight.shape[1])
+            m.weight.copy_(torch.empty(m.weight.shape, dtype=torch.float32).uniform_(-bound, bound, generator=g).to(m.weight))
         elif hasattr(m, "reset_parameters"):
             # norms, blocks, attention, residual points, gates, ...: every module that owns parameters
             # or buffers beyond Linear / Embedding rewrites them here, so a model built on the meta

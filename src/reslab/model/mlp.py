@@ -24,9 +24,12 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(n_embd, 2 * hidden if kind == "swiglu" else hidden, bias=bias)
         self.c_proj = nn.Linear(hidden, n_embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.pre_act = None    # a module on W1 x before the activation: Canon-D (blocks/canon.py) sets it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)
+        if self.pre_act is not None:
+            h = self.pre_act(h)
         if self.kind == "swiglu":
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up

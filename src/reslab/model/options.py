@@ -175,3 +175,22 @@ class SkipInitOptions:
 class MVSplitOptions:
     alpha_init: float = 0.0        # alpha at init: the leaky replacement of the trunk mean (0 keeps it)
     beta_init: float = 0.03        # beta at init: the gain of the centred update (the paper's code: 0.03)
+
+
+# ---- inside the block (blocks/canon.py, blocks/altup.py); their checks are in zoo.py ----
+CANON_POINTS = "ABCD"
+MAX_CANON_KERNEL = 64
+MAX_ALTUP_BLOCKS = 16
+
+
+@dataclass(frozen=True)
+class CanonOptions:
+    points: str = "ABCD"           # where the Canon layers sit: A before attention, B on [Q; K; V], C before the MLP, D on W1 x
+    kernel: int = 4                # each output mixes its token and the kernel - 1 tokens before it (PhysicsLM4's canon_kernel)
+    residual: bool = True          # h + conv(h) (the paper's recommendation for Transformers); false: conv(h) alone
+
+
+@dataclass(frozen=True)
+class AltUpOptions:
+    K: int = 2                     # the stream is K sub-blocks of width C; layer l computes on sub-block (l - 1) mod K
+    recycled: bool = False         # Recycled-AltUp: sub-blocks 2..K copy the embedding (no wider token table)

@@ -60,7 +60,8 @@ def register_design(name: str, block: Any, *, formula: str, reference: str, stre
     formula   the update the block computes, as `reslab variants` shows it; reference: its paper
     stream    "single" (one residual stream, the usual case), "dual", "hyper", "ngpt", "depth"
               (earlier layers' outputs kept for mixing: model/blocks/depth.py) or "speedrun"
-              (x_0, U-net and backout kept beside the stream: model/blocks/speedrun.py)
+              (x_0, U-net and backout kept beside the stream: model/blocks/speedrun.py) or "altup"
+              (K sub-blocks, (B, T, K, C): model/blocks/altup.py)
     flags     final_norm, norms, partial_residual, prores, attention_options, per_layer, layer_base,
               learned_scales, attention_carry, fsdp, qk_norm: what the design allows (see model/design.py)
     defaults  values for ModelConfig fields left unset, e.g. {"norm": "rmsnorm"} (a value or cfg -> value)
@@ -263,6 +264,9 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
     if cfg.xsa != "off" and cfg.shaped_attention:
         errors.append("model.xsa: removes each token's own value from the attention output, which shaped "
                       "attention adds back (alpha I); set one of them to false")
+    if cfg.attn_gate != "off" and not d.qk_norm:
+        errors.append(f"model.attn_gate: {d.name} has its own attention, which the output gate does not reach; it "
+                      f"applies to the designs built on reslab's attention (not {_own_attention()})")
     if cfg.qk_norm and not d.qk_norm:
         errors.append(f"model.qk_norm: {d.name} has its own attention, which QK-norm does not reach; "
                       f"it applies to the designs built on reslab's attention (not {_own_attention()})")

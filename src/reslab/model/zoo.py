@@ -13,6 +13,10 @@ from .design import ALL_NORMS
 from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HybridNormOptions, HyperOptions,
                       KeelOptions, LaurelOptions, MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions,
                       ResiDualOptions, SASOptions, SpeedrunOptions)
+from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HyperOptions, LaurelOptions,
+                      MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions, ResiDualOptions, SASOptions,
+                      SpeedrunOptions)
+from .options import CANON_POINTS, MAX_ALTUP_BLOCKS, MAX_CANON_KERNEL, AltUpOptions, CanonOptions
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -377,7 +381,7 @@ register_design("speedrun-lambdas", _BLOCKS + "norm_free:SpeedrunLambdasBlock",
                 defaults={"embed_norm": True})
 
 
-# ---- Zoo IV: depth (blocks/cross_depth.py, blocks/mv_split.py) ----
+# ---- attending across depth (blocks/cross_depth.py, blocks/mv_split.py) ----
 from .options import MVSplitOptions  # noqa: E402  - kept with its section
 
 
@@ -416,3 +420,47 @@ register_design("moda", _BLOCKS + "cross_depth:MoDABlock",
                         "sum_i p_i v^(i)_t",
                 reference="Zhu, Fang, Liao, Wang et al. 2026 (Mixture-of-Depths Attention, arXiv 2603.15619)",
                 stream="depth", learned_scales=True)
+
+
+# ---- inside the block (blocks/canon.py, blocks/altup.py) ----
+def _whole_number(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _canon_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    opts, errors = design_options(cfg), []
+    points = opts.points
+    if not points or set(points) - set(CANON_POINTS) or len(set(points)) != len(points):
+        errors.append(f"model.options.points: name each of A, B, C, D at most once (e.g. 'AC', 'ABCD'), got {points!r}")
+    if not _whole_number(opts.kernel, 1, MAX_CANON_KERNEL):
+        errors.append(f"model.options.kernel: a whole number in 1..{MAX_CANON_KERNEL}, got {opts.kernel!r}")
+    return errors
+
+
+register_design("canon", _BLOCKS + "canon:CanonBlock",
+                formula="pre-ln with canon(h) = h + sum_(j<K) w[:, j] h_(t-K+1+j) (causal depthwise, K = 4) at "
+                        "options.points: A on N1(x), B on [Q; K; V] before RoPE, C on N2(x), D on W1 h before the "
+                        "activation; w ~ U(-1/sqrt(K), 1/sqrt(K))",
+                reference="Allen-Zhu 2025 (Physics of Language Models: Part 4.1, Architecture Design and the Magic "
+                          "of Canon Layers, arXiv 2512.17351)",
+                options=CanonOptions, check=_canon_check,
+                prores=True, per_layer=True, learned_scales=True, attention_carry=True)
+
+
+def _altup_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    opts = design_options(cfg)
+    if not _whole_number(opts.K, 1, MAX_ALTUP_BLOCKS):
+        return [f"model.options.K: a whole number of sub-blocks in 1..{MAX_ALTUP_BLOCKS}, got {opts.K!r}"]
+    if opts.recycled and opts.K == 1:
+        return ["model.options.recycled: copies the embedding into sub-blocks 2..K; needs K >= 2"]
+    return []
+
+
+register_design("altup", _BLOCKS + "altup:AltUpBlock",
+                formula="K sub-blocks x_i of width C (x_1 = emb, x_2..K from a wider token table); layer l: "
+                        "x^_i = sum_j p_ij x_j; x~ = PreLN(x^_a), a = (l-1) mod K; x'_i = x^_i + g_i (x~ - x^_a); "
+                        "p = I, g = 1 at init; head reads N(sum_i x_i); options.recycled: x_2..K copy emb",
+                reference="Baykal, Cutler, Dikkala, Ghosh, Panigrahy, Wang 2023 (Alternating Updates for Efficient "
+                          "Transformers, NeurIPS 2023, arXiv 2301.13310)",
+                stream="altup", options=AltUpOptions, check=_altup_check,
+                prores=True, learned_scales=True, attention_carry=True)

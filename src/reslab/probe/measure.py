@@ -71,7 +71,7 @@ def probe_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> d
     dual = isinstance(captured[0], tuple)
     with torch.no_grad():
         streams = [c[0] if dual else c for c in captured]
-        if getattr(getattr(model, "design", None), "stream", None) == "hyper":
+        if getattr(getattr(model, "design", None), "stream", None) in ("hyper", "altup"):
             streams = [s.mean(dim=-2) for s in streams]     # n streams -> their mean, what the head reads
         out = stream_stats([s.detach().float() for s in streams])
         if dual:

@@ -69,6 +69,7 @@ BASELINE: dict = {
         "xsa": "off",               # added with the parallel block and the speedruns' options
         "stochastic_depth": 0.0,    # added with the parallel block and the speedruns' options
         "stochastic_depth_rule": "linear",
+        "attn_gate": "off",         # added with the in-block designs (gated attention)
     },
     "data": {
         "corpus": "tinyshakespeare",

@@ -51,7 +51,7 @@ def attention(cfg: ModelConfig, layer: int, head_scale: bool = False,
         value=value, rope_base=cfg.rope_base if cfg.pos == "rope" else None,
         value_residual=value_residual, value_residual_init=cfg.value_residual_init,
         residual_attention=cfg.residual_attention, qk_norm=cfg.qk_norm or qkv_norm, v_norm=qkv_norm,
-        norm_eps=cfg.norm_eps, head_scale=head_scale, xsa=cfg.xsa)
+        norm_eps=cfg.norm_eps, head_scale=head_scale, xsa=cfg.xsa, gate=cfg.attn_gate)
 
 
 def mlp(cfg: ModelConfig, mid_norm: bool = False) -> MLP:
