@@ -587,7 +587,7 @@ PRORES_DESIGNS = [n for n in reslab.designs() if reslab.get_design(n).prores]
 def test_prores_designs_are_the_spec_list():
     assert set(PRORES_DESIGNS) == {"pre-ln", "post-ln", "sandwich-ln", "peri-ln", "mix-ln",
                                    "deepnorm", "lns", "reordered-ln", "layerscale", "parallel",
-                                   "denseformer", "speedrun", "normformer"}
+                                   "denseformer", "speedrun", "normformer", "canon", "altup"}
 
 
 @pytest.mark.parametrize("design", [d for d in PRORES_DESIGNS if d in REF])  # tested in their families' files
