@@ -71,6 +71,15 @@ def assert_differs(a: torch.Tensor, b: torch.Tensor, min_gap: float = 1e-3) -> N
     assert (a - b).abs().max().item() > min_gap
 
 
+
+def assert_refused(design: str, field: str, **fields) -> None:
+    """Building `design` with `fields` fails with exactly one line, which starts with `field` (the
+    config field it names), as every bad model input must."""
+    with pytest.raises(reslab.ConfigError) as e:
+        reslab.resolve(reslab.ModelConfig(design=design, n_layer=2, **fields))
+    assert len(e.value.errors) == 1, e.value.errors
+    assert e.value.errors[0].startswith(field) and "\n" not in e.value.errors[0], e.value.errors
+
 # ---------------------------------------------------------------------------------------------
 # reference primitives, from raw weight tensors only
 # ---------------------------------------------------------------------------------------------

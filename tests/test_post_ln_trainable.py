@@ -23,10 +23,10 @@ import torch.nn.functional as F
 
 import reslab
 from reslab.config import ModelConfig
-from reslab.errors import ConfigError
 from reslab.train.config import OptimConfig
 from reslab.train.optim import parameter_groups
 from tests.test_block_formulas import (
+    assert_refused,
     EPS,
     A,
     TOL,
@@ -348,10 +348,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize("design,fields,field", REFUSALS)
 def test_refusals_name_the_field(design, fields, field):
-    with pytest.raises(ConfigError) as e:
-        reslab.resolve(ModelConfig(design=design, n_layer=2, **fields))
-    assert len(e.value.errors) == 1, e.value.errors
-    assert e.value.errors[0].startswith(field) and "\n" not in e.value.errors[0], e.value.errors
+    assert_refused(design, field, **fields)
 
 
 def test_what_is_allowed():
