@@ -3,7 +3,8 @@
     python bench/card_docs.py STORE_OR_OUT [--docs docs/cards.md] [--folder docs/cards]
 
 STORE_OR_OUT is a results store (it holds cards/) or the OUT folder of `bash bench/run_cards.sh OUT
-DESIGN ...` (OUT/store/cards/ and OUT/walls.tsv: design, seconds, date, scale, clean|shared). Every
+DESIGN ...` (OUT/store/cards/ and OUT/walls.tsv: design, seconds, date, scale, clean|shared and, when
+the run said so, what else ran on the machine meanwhile, shown beside the time). Every
 result card (not the smoke scale's: those are skipped with a line on stderr) is copied into
 --folder/<label>-<scale>/: card.md, card.json and the figures card.md links, and its wall time into
 --folder/walls.tsv. The index --docs is then written from everything in --folder, so a later run
@@ -53,14 +54,15 @@ def read_card(path: Path) -> dict:
 
 
 def read_walls(path: Path | None) -> dict[tuple[str, str], list[str]]:
-    """(design, scale) -> [seconds, date, clean|shared]; the last line of a pair wins."""
+    """(design, scale) -> [seconds, date, clean|shared, note]; the last line of a pair wins. The note
+    (a sixth column, optional) says what shared the machine while the card ran ("" if nothing)."""
     out = {}
     if path is None or not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
         cells = line.split("\t")
         if len(cells) >= 5:
-            out[(cells[0], cells[3])] = [cells[1], cells[2], cells[4]]
+            out[(cells[0], cells[3])] = [cells[1], cells[2], cells[4], cells[5] if len(cells) > 5 else ""]
     return out
 
 
@@ -83,7 +85,8 @@ def index(folder: Path, walls: dict) -> str:
     for path in sorted(folder.glob("*/card.json")):
         card = read_card(path)
         wall = walls.get((card["design_name"], card["scale"])) or walls.get((card["label"], card["scale"]))
-        time = "—" if not wall else f"{int(wall[0]) / 60:.1f} min ({wall[2]} store, {wall[1][:10]})"
+        time = "—" if not wall else f"{int(wall[0]) / 60:.1f} min ({wall[2]} store, {wall[1][:10]}" + \
+            (f"; {wall[3]})" if wall[3] else ")")
         verdicts = "<br>".join(ln["text"] for ln in card["headline"]["lines"])
         rows.append(f"| [{card['label']}]({path.parent.name}/card.md) | {', '.join(card['baselines'])} | "
                     f"{card['scale']} | {verdicts} | {time} |")
@@ -120,7 +123,8 @@ def main(argv=None) -> int:
             if key in new_walls:
                 walls[key] = new_walls[key]
         write_text(args.folder / "walls.tsv",
-                   "".join(f"{d}\t{w[0]}\t{w[1]}\t{s}\t{w[2]}\n" for (d, s), w in sorted(walls.items())))
+                   "".join(f"{d}\t{w[0]}\t{w[1]}\t{s}\t{w[2]}" + (f"\t{w[3]}" if w[3] else "") + "\n"
+                           for (d, s), w in sorted(walls.items())))
         write_text(args.docs, index(args.folder, walls))
     except Refuse as e:
         print(f"card_docs: {e}", file=sys.stderr)

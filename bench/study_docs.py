@@ -105,8 +105,8 @@ def read_walls(path: Path | None) -> dict[tuple[str, str | None], tuple[float, s
         parts = line.split("\t")
         try:
             seconds = float(parts[1])
-            bad_store = parts[4:] not in ([], ["clean"], ["shared"])
-            if len(parts) not in (3, 4, 5) or not math.isfinite(seconds) or bad_store:
+            bad_store = parts[4:5] not in ([], ["clean"], ["shared"])   # a sixth column: walls.sh's WALL_NOTE
+            if len(parts) not in (3, 4, 5, 6) or not math.isfinite(seconds) or bad_store:
                 raise ValueError
         except (ValueError, IndexError):
             print(f"study_docs: {path}:{i}: not 'name<TAB>seconds<TAB>date[<TAB>scale[<TAB>clean|shared]]'; "

@@ -43,6 +43,15 @@ def test_cards_are_copied_and_indexed_and_earlier_ones_kept(tmp_path, capsys):
     assert "[sas](sas-cpu/card.md)" in index and "[resi-dual](resi-dual-cpu/card.md)" in index
 
 
+def test_a_wall_time_measured_beside_other_work_says_so(tmp_path):
+    out, docs = tmp_path / "out", tmp_path / "docs"
+    _card(out, "sas")
+    (out / "walls.tsv").write_text("sas\t5157\t2026-12-05T08:35Z\tcpu\tclean\tbeside a CI run\n")
+    assert card_docs.main([str(out), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0
+    assert "| 86.0 min (clean store, 2026-12-05; beside a CI run) |" in (docs / "cards.md").read_text()
+    assert (docs / "cards" / "walls.tsv").read_text() == "sas\t5157\t2026-12-05T08:35Z\tcpu\tclean\tbeside a CI run\n"
+
+
 def test_a_damaged_card_is_one_line_and_nothing_is_written(tmp_path, capsys):
     out, docs = tmp_path / "out", tmp_path / "docs"
     _card(out, "sas")
