@@ -87,7 +87,7 @@ def index(folder: Path, walls: dict) -> str:
         wall = walls.get((card["design_name"], card["scale"])) or walls.get((card["label"], card["scale"]))
         time = "—" if not wall else f"{int(wall[0]) / 60:.1f} min ({wall[2]} store, {wall[1][:10]}" + \
             (f"; {wall[3]})" if wall[3] else ")")
-        verdicts = "<br>".join(ln["text"] for ln in card["headline"]["lines"])
+        verdicts = "<br>".join(f"**{ln['verdict']}** {ln['text']}" for ln in card["headline"]["lines"])
         rows.append(f"| [{card['label']}]({path.parent.name}/card.md) | {', '.join(card['baselines'])} | "
                     f"{card['scale']} | {verdicts} | {time} |")
     return "\n".join([

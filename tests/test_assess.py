@@ -128,7 +128,8 @@ def test_a_comparison_gets_its_verdict_and_its_numbers():
 
 def test_no_verdict_where_a_row_is_not_below_the_bigram_bar():
     (c4, _) = comparison_section(CardRequest("sas"), _report(below=0.2), is_result=True)
-    assert c4["verdict"] == "no verdict" and "0.200 nats below the bigram level" in c4["why"]
+    assert c4["verdict"] == "no verdict"
+    assert c4["why"] == "sas-depth=L4-warmup=w100 ends only 0.200 nats below the bigram level (a verdict needs 0.3)"
 
 
 def test_smoke_states_no_verdict():
@@ -160,3 +161,12 @@ def test_the_lr_and_stability_tables_render_from_a_card_read_back_from_json():
         assert table[2] == [["sas-depth=L4-warmup=w100", "2.1000", "2.0000", "0.003"]]
         (_, _, stab) = _stability_blocks(c)
         assert stab[2] == [["sas", "2", "1", "0", "3", "0.001", "0.001: 1 runs, 3 spikes; 0.003: 1 runs, 1 diverged"]]
+
+
+def test_a_row_worse_than_bigram_is_named_and_said_to_end_above_it():
+    (_, c16) = comparison_section(CardRequest("sas"), _report(below=-0.358), is_result=True)
+    assert c16["verdict"] == "no verdict"
+    assert c16["why"] == ("sas-depth=L16-warmup=w100 ends 0.358 nats above the bigram level "
+                          "(a verdict needs its mean 0.3 below)")
+    assert depth_section(CardRequest("sas"), _report(below=-0.358), is_result=True)["warmup"] == \
+        "no verdict: " + c16["why"]

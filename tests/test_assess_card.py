@@ -60,6 +60,8 @@ def test_every_section_is_written_and_marked_not_a_result(card):
     assert set(data["signal"]["modes"]["xiong"]["designs"]) == {"mix-pre-post", "pre-ln", "post-ln"}
     assert set(data["cost"]) == {"L4", "L16"} and data["cost"]["L4"]["rows"]["pre-ln"]["ratios"]["params"] == 1.0
     assert data["stability"]["designs"]["mix-pre-post"]["runs"] == 4
+    assert data["runs"] == {"completed": 14, "diverged": 0, "failed": 0, "found": 0}  # a clean store: all trained
+    assert "14 runs ended, 0 of them already in the store before it." in md
     assert data["ladder"]["section"]  # the ladder was climbed (the smoke default)
     assert data["figures"][0]["file"] == "card.png"
 

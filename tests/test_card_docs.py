@@ -35,7 +35,7 @@ def test_cards_are_copied_and_indexed_and_earlier_ones_kept(tmp_path, capsys):
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == \
         ["card.json", "card.md", "signal/a.png"]
     index = (docs / "cards.md").read_text()
-    assert "| [sas](sas-cpu/card.md) | pre-ln | cpu | vs pre-ln at 4 layers: -0.031 nats | 40.0 min (clean store, 2026-12-05) |" in index
+    assert "| [sas](sas-cpu/card.md) | pre-ln | cpu | **better** vs pre-ln at 4 layers: -0.031 nats | 40.0 min (clean store, 2026-12-05) |" in index
     later = tmp_path / "later"
     _card(later, "resi-dual")
     assert card_docs.main([str(later), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0

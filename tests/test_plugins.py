@@ -228,6 +228,10 @@ def test_an_entry_point_loads_the_plugin_without_any_flag(tmp_path):
     out = _reslab("model", "--set", "model.design=mix-pre-post", "--set", "model.n_layer=2", "--json", env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["config"]["options"] == {"mix_init": 0.5, "learn_mix": True}
+    # the card names the installed design too (the example's README: `reslab assess mix-pre-post`)
+    plan = _reslab("assess", "mix-pre-post", "--scale", "smoke", "--plan", "--store", str(tmp_path / "s"), env=env)
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.startswith("assess mix-pre-post (mix-pre-post) against pre-ln, scale smoke")
 
 
 def test_plugin_flag_on_a_verb_and_a_missing_plugin(tmp_path):

@@ -44,21 +44,25 @@ def _row(report: dict, variant: str, depth: str, warmup: str) -> dict | None:
 
 def _row_summary(row: dict | None) -> dict:
     if row is None:
-        return {"n": 0, "mean": None, "std": None, "values": [], "lr": None, "below_bigram": None, "diverged": 0}
-    return {"n": row["n"], "mean": row["best"]["mean"], "std": row["best"].get("std"),
+        return {"name": None, "n": 0, "mean": None, "std": None, "values": [], "lr": None, "below_bigram": None, "diverged": 0}
+    return {"name": row["variant"], "n": row["n"], "mean": row["best"]["mean"], "std": row["best"].get("std"),
             "values": list(row["best"].get("values") or []),
             "lr": (row.get("extra") or {}).get("lr (tuned)"),
             "below_bigram": row.get("below_bigram"), "diverged": row.get("diverged", 0)}
 
 
 def _short_regime(rows: list[dict]) -> str | None:
-    """Why a comparison has no verdict: a row not far enough below the bigram level."""
+    """Why a comparison has no verdict: a row not far enough below the bigram level (named, with how far
+    it ended from that level: above it, when its mean loss is worse than a bigram model's)."""
     for r in rows:
-        below = r.get("below_bigram")
+        below, name = r.get("below_bigram"), r.get("name") or "a row"
         if below is None:
-            return "a row has no completed run"
+            return f"{name} has no completed run"
+        if below < 0:
+            return (f"{name} ends {-below:.3f} nats above the bigram level (a verdict needs its mean "
+                    f"{BELOW_BIGRAM} below)")
         if below < BELOW_BIGRAM:
-            return f"a row ends {below:.3f} nats below the bigram level, less than {BELOW_BIGRAM}"
+            return f"{name} ends only {below:.3f} nats below the bigram level (a verdict needs {BELOW_BIGRAM})"
     return None
 
 
@@ -249,7 +253,8 @@ def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost:
                     for f in main.get("figures") or []],
         "claims": main.get("claims") or [],
         "wall_s": wall_s,
-        "runs": {k: sum(r.count(k) for r in results or []) for k in ("completed", "diverged", "failed")},
+        "runs": {**{k: sum(r.count(k) for r in results or []) for k in ("completed", "diverged", "failed")},
+                 "found": sum(r.skipped for r in results or [])},
     }
     depth_rows = card["depth"]["rows"]
     if draw_card_figure(depth_rows, {d: {k: r["values"] for k, r in rows.items()} for d, rows in depth_rows.items()},

@@ -76,7 +76,9 @@ class CardRequest:
 def check_request(req: CardRequest) -> None:
     """One line per problem, before anything is planned or written."""
     from ..model.registry import DESIGNS
+    from ..plugins import load_plugins
 
+    load_plugins()  # an installed plugin's design (a 'reslab.designs' entry point) is assessed by name
     known = sorted(DESIGNS)
     for name, what in [(req.design, "DESIGN")] + [(b, "--against") for b in req.baselines]:
         if name not in DESIGNS:

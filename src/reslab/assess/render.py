@@ -188,8 +188,12 @@ def card_blocks(card: dict) -> list[tuple]:
                                                                            if s["missing"] else "")
                      for s in card["sweeps"]]))
     if card.get("wall_s") is not None:
-        b.append(("p", f"This card took {card['wall_s'] / 60:.1f} min ({card['runs']['completed']} runs trained or "
-                       f"found finished by this call)."))
+        runs = card["runs"]
+        ended = runs["completed"] + runs["diverged"] + runs["failed"]
+        found = runs.get("found")  # cards written before 2026-12-05 did not count them
+        b.append(("p", f"The call that wrote this card took {card['wall_s'] / 60:.1f} min: "
+                       + (f"{ended} runs ended, {found} of them already in the store before it."
+                          if found is not None else f"{ended} runs ended, trained by it or found in the store.")))
     b += [("img", f["title"], f["file"]) for f in card.get("figures") or []][1:]
     return b
 
