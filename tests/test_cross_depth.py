@@ -1,6 +1,6 @@
 """Attending across depth: mean-variance split residuals (mv-split, mv-split-pre), DeepCrossAttention
-(dca) and Mixture-of-Depths Attention (moda), each against its formula recomputed here from raw weight
-tensors.
+(dca), Mixture-of-Depths Attention (moda) and Depth-Attention (depth-attention), each against its
+formula recomputed here from raw weight tensors.
 
 Same method as test_block_formulas.py: float64 models whose every parameter is randomised, a block's
 (or the whole model's) output against the formula written out with plain torch ops (the block's and
@@ -33,7 +33,7 @@ from tests.test_block_formulas import (
 )
 from tests.test_parallel_depth_and_speedrun_blocks import ref_attention
 
-FORMULA_TESTED = {"mv-split", "mv-split-pre", "dca", "moda"}
+FORMULA_TESTED = {"mv-split", "mv-split-pre", "dca", "moda", "depth-attention"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread
 
@@ -270,7 +270,14 @@ def test_dca_runtime_gain_multiplies_the_layer_outputs():
 # ---------------------------------------------------------------------------------------------
 # MoDA: one softmax over the layer's causal sequence keys and the same token's keys of earlier layers
 # ---------------------------------------------------------------------------------------------
-def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=False):
+def head_gate(attn, x):
+    """Gated attention's per-head gate sigmoid(x W_g + b_g), (B, T, H, 1), or 1 without one."""
+    if attn.c_gate is None:
+        return 1.0
+    return torch.sigmoid(x @ attn.c_gate.weight.T + attn.c_gate.bias)[..., None]
+
+
+def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=False, gated=True):
     """Per head: p = softmax([q_t . k_s, s <= t] ++ [q_t . k^(i)_t, i < l]) / sqrt(d); o_t = sum p v.
     separate: the wrong reading with two softmaxes (sequence, depth) whose outputs are added.
     rotary: RoPE on the sequence scores only; the depth scores pair one position with itself, where
@@ -299,17 +306,17 @@ def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=Fa
             p = torch.stack(logits + dlogits, -1).softmax(-1)
             o = sum(p[..., j, None] * val for j, val in enumerate(values + dvalues))
         out[:, :, t] = o
-    y = out.transpose(1, 2).reshape(Bx, Tx, Cx)
+    y = (out.transpose(1, 2) * (head_gate(attn, x) if gated else 1.0)).reshape(Bx, Tx, Cx)
     return y @ attn.c_proj.weight.T + attn.c_proj.bias, (k, v)
 
 
-def moda_logits(model, idx, L, separate=False, no_depth=False, rotary=False, mismatch=False):
+def moda_logits(model, idx, L, separate=False, no_depth=False, rotary=False, mismatch=False, gated=True):
     r = Ref(L=L)
     h = model.wte.weight[idx] if rotary else ref_embed(model, idx)
     depth = []
     for blk in model.blocks:
         a, kv = moda_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else depth, separate, rotary,
-                                   mismatch)
+                                   mismatch, gated)
         h = h + a
         h = h + M(r, blk.mlp, N(r, blk.norm2, h))
         depth.append(kv)
@@ -325,6 +332,18 @@ def test_moda_whole_model():
         torch.testing.assert_close(logits, moda_logits(model, idx, L), **TOL)
         assert_differs(logits, moda_logits(model, idx, L, separate=True))   # two softmaxes, added
         assert_differs(logits, moda_logits(model, idx, L, no_depth=True))   # pre-ln (no depth keys)
+
+
+def test_moda_takes_the_output_gate():
+    """attn_gate reaches MoDA's attention: sigmoid(x W_g + b_g) per head, before W_P (it was once
+    built and never applied)."""
+    L = 2
+    model = make("moda", L=L, attn_gate="head")
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, moda_logits(model, idx, L), **TOL)
+        assert_differs(logits, moda_logits(model, idx, L, gated=False))
 
 
 def test_moda_with_rope_scores_depth_keys_without_rotation():
@@ -350,7 +369,71 @@ def test_moda_layer_one_is_pre_ln_layer_one():
         torch.testing.assert_close(moda(token_input()), pre(token_input()), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("design", ["dca", "moda"])
+# ---------------------------------------------------------------------------------------------
+# Depth-Attention: values mixed across depth (softmax over the token's keys in layers 1..l), then
+# the usual causal attention reads them; a layer stores its depth-mixed values
+# ---------------------------------------------------------------------------------------------
+def depth_attention_ref(attn, x, depth, store_original=False, own=True):
+    """Per head, token t of layer l: p = softmax_j(q_t . k^(j)_t / sqrt(d)) over the stored keys of the
+    earlier layers and its own; v~_t = sum_j p_j v^(j)_t with the earlier layers' STORED values and its
+    own fresh v; o_t = sum_(s<=t) softmax_s(q_t . k_s / sqrt(d)) v~_s. Wrong readings for the controls:
+    store_original (a layer stores its unmixed v), own=False (only the earlier layers' keys; layer 1
+    then keeps its v)."""
+    Bx, Tx, Cx = x.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    d = Cx // 2
+    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    keys = [kj for kj, _ in depth] + ([k] if own or not depth else [])
+    values = [vj for _, vj in depth] + ([v] if own or not depth else [])
+    mixed = torch.zeros_like(v)
+    for t in range(Tx):
+        p = torch.stack([(q[:, :, t] * kj[:, :, t]).sum(-1) / math.sqrt(d) for kj in keys], -1).softmax(-1)
+        mixed[:, :, t] = sum(p[..., j, None] * vj[:, :, t] for j, vj in enumerate(values))
+    out = torch.zeros_like(q)
+    for t in range(Tx):
+        p = torch.stack([(q[:, :, t] * k[:, :, s]).sum(-1) / math.sqrt(d) for s in range(t + 1)], -1).softmax(-1)
+        out[:, :, t] = sum(p[..., s, None] * mixed[:, :, s] for s in range(t + 1))
+    y = (out.transpose(1, 2) * head_gate(attn, x)).reshape(Bx, Tx, Cx)
+    return y @ attn.c_proj.weight.T + attn.c_proj.bias, (k, v if store_original else mixed)
+
+
+def depth_attention_logits(model, idx, L, no_depth=False, **wrong):
+    r = Ref(L=L)
+    h, depth = ref_embed(model, idx), []
+    for blk in model.blocks:
+        a, kv = depth_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else depth, **wrong)
+        h = h + a
+        h = h + M(r, blk.mlp, N(r, blk.norm2, h))
+        depth.append(kv)
+    return N(r, model.stream.final_norm, h) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("fields", [{}, {"attn_gate": "head"}])
+def test_depth_attention_whole_model(fields):
+    L = 3
+    model = make("depth-attention", L=L, **fields)
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, depth_attention_logits(model, idx, L), **TOL)
+        assert_differs(logits, depth_attention_logits(model, idx, L, store_original=True))  # unmixed v stored
+        assert_differs(logits, depth_attention_logits(model, idx, L, own=False))   # its own key left out
+        assert_differs(logits, depth_attention_logits(model, idx, L, no_depth=True))   # pre-ln
+
+
+def test_depth_attention_adds_no_parameter_and_layer_one_is_pre_ln():
+    kw = dict(n_embd=16, n_head=2, block_size=8, vocab_size=11, seed=0)
+    deep = reslab.build_model("depth-attention", n_layer=3, **kw)
+    assert deep.param_counts() == reslab.build_model("pre-ln", n_layer=3, **kw).param_counts()
+    one, pre = (reslab.build_model(d, n_layer=1, **kw).double() for d in ("depth-attention", "pre-ln"))
+    one.load_state_dict(pre.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(one(token_input()), pre(token_input()), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("design", ["dca", "moda", "depth-attention"])
 def test_cross_depth_designs_are_causal(design):
     assert_causal(make(design, L=3))
 
@@ -365,6 +448,8 @@ def test_cross_depth_designs_are_causal(design):
     ("moda", {"value_residual": True}, "model.value_residual: "),
     ("moda", {"shaped_attention": True}, "model.shaped_attention: "),
     ("moda", {"layer_designs": {"1": "post-ln"}}, "model.layer_designs: "),
+    ("depth-attention", {"prores": "linear"}, "model.prores: "),
+    ("depth-attention", {"value_residual": True}, "model.value_residual: "),
 ])
 def test_cross_depth_refusals(design, fields, needle):
     with pytest.raises(ConfigError) as e:

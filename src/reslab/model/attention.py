@@ -252,12 +252,18 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if self.shaped:
             y = self.shape_beta * y + self.shape_alpha * v - self.shape_gamma * causal_running_mean(v)
+        return self.finish(y, v, x if views is None else views[0])
+
+    def finish(self, y: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """What follows the attention weights on every path (this forward's and the attentions across
+        depth, blocks/cross_depth.py): XSA, NormFormer's head gains, the output gate read from x (the
+        query's input), the heads merged, W_P. y, v: (B, H, T, d); x: (B, T, C)."""
         if self.xsa != "off":
             y = y - self.exclusive_part(y, v)
         if self.head_gain is not None:
             y = self.head_gain * y                                   # (H, 1, 1) over (B, H, T, d)
         if self.c_gate is not None:
-            y = y * self.output_gate(x if views is None else views[0])
+            y = y * self.output_gate(x)
         y = y.transpose(1, 2).reshape(x.shape)
         return self.resid_dropout(self.c_proj(y))
 

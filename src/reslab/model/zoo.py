@@ -420,6 +420,13 @@ register_design("moda", _BLOCKS + "cross_depth:MoDABlock",
                         "sum_i p_i v^(i)_t",
                 reference="Zhu, Fang, Liao, Wang et al. 2026 (Mixture-of-Depths Attention, arXiv 2603.15619)",
                 stream="depth", learned_scales=True)
+register_design("depth-attention", _BLOCKS + "cross_depth:DepthAttentionBlock",
+                formula="pre-ln whose values are mixed across depth first: at token t of layer l, p = softmax_j(q_t . "
+                        "k^(j)_t / sqrt(d)) over j = 1..l, v~^(l)_t = sum_(j<l) p_j v~^(j)_t + p_l v^(l)_t; causal "
+                        "attention reads v~ in v's place; layer l stores (k^(l), v~^(l)); no parameters added",
+                reference="Zeng, Hao, Wang et al. 2026 (Depth-Attention: Cross-Layer Value Mixing for Language "
+                          "Models, arXiv 2606.05014); reslab's reading of its abstract",
+                stream="depth", learned_scales=True)
 
 
 # ---- inside the block (blocks/canon.py, blocks/altup.py) ----

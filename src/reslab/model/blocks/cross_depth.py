@@ -1,6 +1,7 @@
-"""Attending across depth: DeepCrossAttention (dca) and Mixture-of-Depths Attention (moda).
+"""Attending across depth: DeepCrossAttention (dca), Mixture-of-Depths Attention (moda) and
+Depth-Attention (depth-attention).
 
-Both keep what earlier layers wrote (the depth stream, blocks/depth.py) and let a layer's attention
+All keep what earlier layers wrote (the depth stream, blocks/depth.py) and let a layer's attention
 read it selectively, instead of reading only the running sum.
 
 DeepCrossAttention (Heddes, Javanmard, Axiotis, Fu, Bateni, Mirrokni 2025, arXiv 2502.06785).
@@ -54,6 +55,27 @@ does not add it. The paper reports post-norm working better with MoDA; reslab's 
 pre-norm, as the authors' released code is. GQA (their G groups) is not in reslab: G = 1.
 The attention is computed with an explicit (T + l - 1) x T-wide score matrix per head, not their
 kernel, so it is for the lab's small scales.
+
+Depth-Attention (Zeng, Hao, Wang, Song, Li, Song, Liu, He, Wang, Lin 2026, arXiv 2606.05014). A
+pre-ln block whose VALUES are mixed across depth before the sequence attention reads them: the
+query of token t in layer l first attends over the keys of the same token in layers 1..l, per head,
+and the mixed value takes the value's place (and its slot in the key-value cache):
+
+    p_j     = softmax_j( q_t . k^(j)_t / sqrt(d) )          j = 1 .. l (earlier layers' keys and its own)
+    v~^(l)_t = sum_(j<l) p_j v~^(j)_t  +  p_l v^(l)_t       v~^(j): what layer j stored, v^(l): its own
+    o_t     = sum_(s<=t) softmax_s( q_t . k_s / sqrt(d) ) v~^(l)_s      the usual causal attention
+    x = x + W_P o (N1(x));  x = x + M(N2(x));  layer l stores (k^(l), v~^(l))
+
+      layer l:  N1(x) ── q, k, v ──┬── depth softmax over (k^(1..l-1), k) at each token ── v~ ──┐
+                                   └── q, k ─────────────────────────────────── causal attention ─┴── W_P
+No parameter is added. Layer 1 has only its own key (p = 1): it is pre-ln's layer 1 (tested).
+Readings: only the abstract was readable here (the authors' code, LUMIA-Group/Depth-Attention, and
+the method section were not). reslab reads it as follows. (1) The layer's own key and value take
+part in the depth softmax, so a layer's fresh value is never dropped and layer 1 is well defined.
+(2) An earlier layer contributes the value its cache slot holds, its depth-mixed v~ (the abstract:
+"storing depth-mixed values in place of the original values", and nothing else is kept at
+inference). (3) The depth scores use the sequence scores' 1/sqrt(d), and with RoPE the unrotated
+q_t . k^(j)_t (one position: the rotations cancel, as for MoDA).
 """
 
 from __future__ import annotations
@@ -139,10 +161,7 @@ def moda_attention(attn: CausalSelfAttention, x: torch.Tensor, depth_kv: tuple) 
         y = p[..., :T] @ v
         for i, (_, vi) in enumerate(depth_kv):
             y = y + p[..., T + i, None] * vi
-    if attn.xsa != "off":
-        y = y - attn.exclusive_part(y, v)
-    y = y.transpose(1, 2).reshape(x.shape)
-    return attn.resid_dropout(attn.c_proj(y)), (k, v)
+    return attn.finish(y, v, x), (k, v)
 
 
 class MoDABlock(base.Block):
@@ -155,6 +174,36 @@ class MoDABlock(base.Block):
 
     def forward(self, state: DepthState) -> DepthState:
         a, kv = moda_attention(self.attn, self.norm1(state.x), state.kv)
+        h = self.attn_residual(state.x, a)
+        x = self.mlp_residual(h, self.mlp(self.norm2(h)))
+        return DepthState(x=x, sources=state.sources, kv=state.kv + (kv,))
+
+
+# ---- Depth-Attention ------------------------------------------------------------------------------
+def depth_mixed_attention(attn: CausalSelfAttention, x: torch.Tensor, depth_kv: tuple) -> tuple:
+    """W_P o with o the causal attention over depth-mixed values v~ (depth_kv: the earlier layers'
+    stored (k, v~), oldest first). Returns (output (B, T, C), (k, v~)) for the depth stream."""
+    q, k, v = attn.qkv(x)                                                    # (B, H, T, d)
+    keys, values = [ki for ki, _ in depth_kv] + [k], [vi for _, vi in depth_kv] + [v]
+    acc = torch.promote_types(q.dtype, torch.float32)                        # float64 stays float64
+    logits = torch.stack([(q * kj).sum(-1) for kj in keys], dim=-1).to(acc) / math.sqrt(q.shape[-1])
+    p = logits.softmax(dim=-1).to(v.dtype)                                   # (B, H, T, l)
+    mixed = weighted_sum([p[..., j, None] for j in range(len(values))], values)
+    p_drop = attn.attn_dropout if attn.training else 0.0
+    y = F.scaled_dot_product_attention(q, k, mixed, dropout_p=p_drop, is_causal=True)
+    return attn.finish(y, mixed, x), (k, mixed)
+
+
+class DepthAttentionBlock(base.Block):
+    """x = x + A(N1(x)) with A's values first mixed across depth (v~); x = x + M(N2(x))."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer)
+        self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
+        self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
+
+    def forward(self, state: DepthState) -> DepthState:
+        a, kv = depth_mixed_attention(self.attn, self.norm1(state.x), state.kv)
         h = self.attn_residual(state.x, a)
         x = self.mlp_residual(h, self.mlp(self.norm2(h)))
         return DepthState(x=x, sources=state.sources, kv=state.kv + (kv,))
