@@ -26,6 +26,7 @@ EXPECTED = {  # tuned cpu scales: tuning runs (rows x values x tuning seeds) + c
     "lr-sensitivity": {"smoke": (10, 10), "cpu": (105, 35), "paper": (105, 35)},
     "depth-mixing": {"smoke": (16, 16), "cpu": (110, 16), "paper": (48, 16)},
     "speedrun-skips": {"smoke": (6, 6), "cpu": (54, 6), "paper": (18, 6)},
+    "norm-by-init": {"smoke": (12, 12), "cpu": (72, 12), "paper": (36, 12)},
     # ladders: rows = variants x rungs
     "resi-dual-ladder": {"smoke": (6, 6), "cpu": (36, 6), "paper": (18, 6)},
     "hyper-connections-ladder": {"smoke": (6, 6), "cpu": (36, 6), "paper": (18, 6)},
