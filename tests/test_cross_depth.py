@@ -277,6 +277,14 @@ def head_gate(attn, x):
     return torch.sigmoid(x @ attn.c_gate.weight.T + attn.c_gate.bias)[..., None]
 
 
+def raw_heads(attn, x):
+    """q, k, v per head (B, 2, T, d) from the raw [W_Q; W_K; W_V] and its bias (two heads)."""
+    Bx, Tx, Cx = x.shape
+    W, b = attn.c_attn.weight, attn.c_attn.bias
+    heads = lambda t: t.reshape(Bx, Tx, 2, Cx // 2).transpose(1, 2)
+    return tuple(heads(x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx]) for i in range(3))
+
+
 def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=False, gated=True):
     """Per head: p = softmax([q_t . k_s, s <= t] ++ [q_t . k^(i)_t, i < l]) / sqrt(d); o_t = sum p v.
     separate: the wrong reading with two softmaxes (sequence, depth) whose outputs are added.
@@ -284,11 +292,8 @@ def moda_attention_ref(attn, x, depth, separate=False, rotary=False, mismatch=Fa
     RoPE's rotations cancel, so they are written here from the unrotated q and k. mismatch: the wrong
     pairing of a rotated query with unrotated depth keys."""
     Bx, Tx, Cx = x.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    q, k, v = raw_heads(attn, x)
     d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
     qs, ks = (rope(q), rope(k)) if rotary else (q, k)
     out = torch.zeros_like(q)
     for t in range(Tx):
@@ -380,11 +385,8 @@ def depth_attention_ref(attn, x, depth, store_original=False, own=True):
     store_original (a layer stores its unmixed v), own=False (only the earlier layers' keys; layer 1
     then keeps its v)."""
     Bx, Tx, Cx = x.shape
-    W, b = attn.c_attn.weight, attn.c_attn.bias
-    q, k, v = (x @ W[i * Cx:(i + 1) * Cx].T + b[i * Cx:(i + 1) * Cx] for i in range(3))
+    q, k, v = raw_heads(attn, x)
     d = Cx // 2
-    heads = lambda t: t.reshape(Bx, Tx, 2, d).transpose(1, 2)
-    q, k, v = heads(q), heads(k), heads(v)
     keys = [kj for kj, _ in depth] + ([k] if own or not depth else [])
     values = [vj for _, vj in depth] + ([v] if own or not depth else [])
     mixed = torch.zeros_like(v)

@@ -167,13 +167,15 @@ def moda_attention(attn: CausalSelfAttention, x: torch.Tensor, depth_kv: tuple) 
 class MoDABlock(base.Block):
     """x = x + A_depth(N1(x)); x = x + M(N2(x)); A_depth also reads the earlier layers' (k, v) at each token."""
 
+    depth_attention = staticmethod(moda_attention)   # (attn, x, depth_kv) -> (output, (k, v) to store)
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
         self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
         self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
 
     def forward(self, state: DepthState) -> DepthState:
-        a, kv = moda_attention(self.attn, self.norm1(state.x), state.kv)
+        a, kv = self.depth_attention(self.attn, self.norm1(state.x), state.kv)
         h = self.attn_residual(state.x, a)
         x = self.mlp_residual(h, self.mlp(self.norm2(h)))
         return DepthState(x=x, sources=state.sources, kv=state.kv + (kv,))
@@ -194,16 +196,8 @@ def depth_mixed_attention(attn: CausalSelfAttention, x: torch.Tensor, depth_kv: 
     return attn.finish(y, mixed, x), (k, mixed)
 
 
-class DepthAttentionBlock(base.Block):
-    """x = x + A(N1(x)) with A's values first mixed across depth (v~); x = x + M(N2(x))."""
+class DepthAttentionBlock(MoDABlock):
+    """x = x + A(N1(x)) with A's values first mixed across depth (v~); x = x + M(N2(x)): MoDA's block
+    with the other attention across depth."""
 
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__(cfg, layer)
-        self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
-        self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
-
-    def forward(self, state: DepthState) -> DepthState:
-        a, kv = depth_mixed_attention(self.attn, self.norm1(state.x), state.kv)
-        h = self.attn_residual(state.x, a)
-        x = self.mlp_residual(h, self.mlp(self.norm2(h)))
-        return DepthState(x=x, sources=state.sources, kv=state.kv + (kv,))
+    depth_attention = staticmethod(depth_mixed_attention)
