@@ -12,9 +12,9 @@ from ..spec.schema import SweepSpec
 
 STUDY_DIR = Path(__file__).resolve().parent
 ORDER = ("partial-residual", "gain-confound", "simplified-blocks", "ln-placement", "resi-dual", "prores",
-         "depth-scaling", "lr-sensitivity", "depth-mixing", "speedrun-skips", "norm-by-init")
+         "depth-scaling", "lr-sensitivity", "depth-mixing", "speedrun-skips", "norm-by-init", "norm-free")
 # the source studies' order (000 ... 004), then the cross-cutting ones, then the mixing across depth, the speedruns'
-# skips and the designs that replace normalisation by initialisation
+# skips, the designs that replace normalisation by initialisation and those that replace it otherwise
 
 
 def study_names() -> list[str]:
