@@ -44,6 +44,9 @@ ROWS = {  # label -> (design, config overrides)
     "laurel (rw, rank 16)": ("laurel", {}),
     "laurel (rw, rank 16, pa)": ("laurel", {"options": {"pa": True}}),
     "frac-connections (m=4)": ("frac-connections", {"options": {"fracs": 4}}),
+    "dca": ("dca", {}),
+    "moda": ("moda", {}),
+    "depth-attention": ("depth-attention", {}),
 }
 
 

@@ -80,6 +80,8 @@ def test_bench_designs_quick(tmp_path):
         assert needle in text, f"missing {needle!r} in:\n{text}"
     rows = {r["label"]: r for r in json.loads(out.read_text())["setups"][0]["rows"]}
     assert rows["pre-ln"]["tokens_per_s_vs_pre_ln_same_round"] == 1.0   # its own rounds: exactly 1
+    assert {label: r["error"] for label, r in rows.items() if r["error"]} == {}   # every design and extra builds
+    assert {"pre-ln + derf", "pre-ln + seednorm", "dca", "moda", "depth-attention"} <= set(rows)
     for r in rows.values():   # the same-round ratio is a median of per-round ratios: within their range
         per_round = [b / d for b, d in zip(rows["pre-ln"]["step_ms_round_medians"], r["step_ms_round_medians"])]
         assert min(per_round) <= r["tokens_per_s_vs_pre_ln_same_round"] <= max(per_round)
@@ -98,7 +100,8 @@ def test_bench_depth_memory_quick(tmp_path):
         assert results[1]["rows"][label]["saved_mib"] > results[0]["rows"][label]["saved_mib"]
     shallow, deep = results[0]["rows"], results[1]["rows"]
     assert deep["pre-ln"]["saved_ratio"] == 1.0
-    for label in ("attn-res (full)", "attn-res (block of 4 layers)", "denseformer", "hyper-connections (n=4)"):
+    for label in ("attn-res (full)", "attn-res (block of 4 layers)", "denseformer", "hyper-connections (n=4)",
+                  "dca", "moda", "depth-attention"):
         assert 1.0 < deep[label]["saved_ratio"] < 1.1 * shallow[label]["saved_ratio"], label
     bad = subprocess.run([sys.executable, str(BENCH / "bench_depth_memory.py"), "--designs", "nope"],
                          capture_output=True, text=True)
