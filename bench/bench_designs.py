@@ -70,7 +70,7 @@ EXTRAS = {
     "pre-ln + qk-norm": ("pre-ln", {"qk_norm": True}),
     "pre-ln + orthogonal residual": ("pre-ln", {"residual_update": "orthogonal"}),
     "pre-ln + xsa gated": ("pre-ln", {"xsa": "gated"}),
-    # Zoo IV: norms in the norm's place, the attention output gate
+    # norms in the norm's place (DyT's successors), the attention output gate
     "pre-ln + derf": ("pre-ln", {"norm": "derf"}),
     "pre-ln + seednorm": ("pre-ln", {"norm": "seednorm"}),
     "pre-ln + rmsnorm-nogain": ("pre-ln", {"norm": "rmsnorm-nogain"}),
