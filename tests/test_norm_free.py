@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import reslab
 from reslab.errors import ConfigError
 from reslab.model.blocks.speedrun import SpeedrunState
+from reslab.model.norms import Derf
 from tests.test_block_formulas import (
     EPS,
     TOL,
@@ -197,11 +198,21 @@ def test_unknown_norm_is_one_line_naming_the_field():
     assert "'derf'" in e.value.errors[0] and "'seednorm'" in e.value.errors[0]
 
 
-def test_dyt_alpha_is_refused_with_derf():
-    """Derf's alpha starts at 0.5, fixed: dyt_alpha stays DyT's field, refused with another norm."""
+def test_dyt_alpha_sets_derfs_initial_alpha_and_is_refused_with_seednorm():
+    """One field sets both element-wise norms' initial slope: every Derf of the model starts at it
+    (the final norm included), and the output moves with it; a norm without alpha refuses it."""
+    kw = dict(n_layer=2, n_embd=C, n_head=2, block_size=8, vocab_size=11)
+    torch.manual_seed(0)
+    low = reslab.build_model("pre-ln", norm="derf", dyt_alpha=0.05, **kw)
+    torch.manual_seed(0)
+    default = reslab.build_model("pre-ln", norm="derf", **kw)
+    alphas = [m.alpha.item() for m in low.modules() if isinstance(m, Derf)]
+    assert len(alphas) == 2 * 2 + 1 and all(a == pytest.approx(0.05) for a in alphas)
+    assert all(m.alpha.item() == 0.5 for m in default.modules() if isinstance(m, Derf))
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(low(idx)[0], default(idx)[0])
     with pytest.raises(ConfigError) as e:
-        reslab.build_model("pre-ln", norm="derf", dyt_alpha=0.3, n_layer=1, n_embd=C, n_head=2, block_size=8,
-                           vocab_size=11)
+        reslab.build_model("pre-ln", norm="seednorm", dyt_alpha=0.3, **kw)
     assert len(e.value.errors) == 1 and e.value.errors[0].startswith("model.dyt_alpha:")
 
 

@@ -24,7 +24,7 @@ EXPECTED = {  # tuned cpu scales: tuning runs (rows x values x tuning seeds) + c
     "simplified-blocks": {"smoke": (6, 6), "cpu": (48, 6), "paper": (18, 6)},
     "depth-scaling": {"smoke": (40, 40), "cpu": (64, 10), "paper": (80, 40)},
     "lr-sensitivity": {"smoke": (10, 10), "cpu": (105, 35), "paper": (105, 35)},
-    "depth-mixing": {"smoke": (20, 20), "cpu": (134, 20), "paper": (60, 20)},
+    "depth-mixing": {"smoke": (20, 20), "cpu": (74, 10), "paper": (60, 20)},
     "speedrun-skips": {"smoke": (6, 6), "cpu": (54, 6), "paper": (18, 6)},
     "norm-by-init": {"smoke": (12, 12), "cpu": (72, 12), "paper": (36, 12)},
     "norm-free": {"smoke": (18, 18), "cpu": (108, 18), "paper": (54, 18)},

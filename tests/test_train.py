@@ -65,6 +65,28 @@ def test_same_seed_is_bit_identical_and_another_seed_is_not(tmp_path, corpus):
 
 
 # ---- random streams ----------------------------------------------------------------------------
+def test_flush_denormal_is_set_for_the_run_and_recorded(tmp_path, corpus):
+    """On by default: a subnormal reads as 0 in the run's arithmetic (x86 DAZ), and status.json says
+    so; train.flush_denormal = false keeps IEEE subnormals. The losses of a run that never produces
+    a subnormal are the same either way (bit for bit)."""
+    from reslab.train.runtime import runtime
+    tiny = torch.tensor([1 << 20], dtype=torch.int32).view(torch.float32)  # 1.5e-39, subnormal in float32, by its bits
+    try:
+        off = train(tiny_config(corpus, tmp_path / "c", **{"train.flush_denormal": False}), tmp_path / "off",
+                    log=lambda *_: None)
+        assert (tiny * 2).item() > 0
+        on = train(tiny_config(corpus, tmp_path / "c"), tmp_path / "on", log=lambda *_: None)
+        assert (tiny * 2).item() == 0.0
+        flags = [json.loads((r.path / "status.json").read_text())["arithmetic"][0]["flush_denormal"]
+                 for r in (off, on)]
+        assert flags == [False, True]
+        assert _losses(off.path) == _losses(on.path)
+        runtime(tiny_config(corpus, tmp_path / "c", **{"train.flush_denormal": False}))
+        assert (tiny * 2).item() > 0
+    finally:
+        torch.set_flush_denormal(False)  # the process's default, for the tests after this one
+
+
 def test_eval_cadence_does_not_change_training(tmp_path, corpus):
     a = train(tiny_config(corpus, tmp_path / "c", **{"train.eval_interval": 10}), tmp_path / "a", log=lambda *_: None)
     b = train(tiny_config(corpus, tmp_path / "c", **{"train.eval_interval": 3, "train.eval_mode": "random"}),
@@ -321,7 +343,8 @@ def test_the_run_records_the_arithmetic_and_a_resume_that_changes_it(tmp_path, c
         train(tiny_config(corpus, tmp_path / "c", **over), tmp_path / "run", log=lambda *_: None)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["arithmetic"] == [{"from_step": 0, "torch": torch.__version__, "threads": 1,
-                                     "cpu_capability": torch.backends.cpu.get_cpu_capability()}]
+                                     "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                                     "flush_denormal": True}]
     monkeypatch.setattr(single, "save_checkpoint", real_save)
     real = loop.arithmetic
     monkeypatch.setattr(loop, "arithmetic", lambda device: dict(real(device), threads=7))

@@ -67,7 +67,7 @@ class ModelConfig(Typed):
     skip_scale: LearnedScale = "none"
     branch_scale: Optional[LearnedScale] = None   # design default: none (layerscale: channel)
     branch_scale_init: Optional[float] = None     # default 1.0 (layerscale: CaiT's eps by depth)
-    dyt_alpha: float = 0.5            # norm = "dyt": y = gamma * tanh(alpha * x) + beta, alpha's init
+    dyt_alpha: float = 0.5            # norm = "dyt" / "derf": alpha's init in gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta
     value_residual: bool = False      # ResFormer: layer l > 1 mixes its values with layer 1's
     value_residual_init: float = 0.5  # ResFormer: both mixing weights at init (learned)
     residual_attention: bool = False  # RealFormer: pre-softmax scores carried from layer to layer

@@ -22,8 +22,8 @@ Derf (Dynamic erf): Chen, Lu, Zhu, Sun, Liu 2025, "Stronger Normalization-Free T
 (arXiv 2512.10938), Derf(x) = gamma * erf(alpha * x + s) + beta. Read from the abstract / summary
 pages and from x-transformers' `Derf` (x_transformers.py): alpha and the shift s are ONE learned
 scalar each (init 0.5 and 0), gamma per channel (ones), beta per channel (zeros). reslab takes that
-reading: alpha starts at DERF_ALPHA = 0.5, fixed (no config field: dyt_alpha is DyT's only), and
-beta exists only with bias=True, as DyT's. Not scale-invariant, bounded by |gamma| + |beta|.
+reading: alpha starts at cfg.dyt_alpha (default 0.5 = DERF_ALPHA, x-transformers' `init_alpha`; the
+one config field sets both element-wise norms' initial slope), and beta exists only with bias=True, as DyT's. Not scale-invariant, bounded by |gamma| + |beta|.
 
 SeeDNorm (Self-Rescaled Dynamic Normalization): Cai, Zhu, Liu, Min 2025 (arXiv 2510.22777),
 SeeDNorm(x) = [sigma(x beta^T) alpha + gamma] * x / RMS(x), sigma = tanh, with alpha, beta, gamma
@@ -138,7 +138,7 @@ class RMSNormNoGain(nn.Module):
 
 def make_norm(kind: str, dim: int, *, bias: bool = True, eps: float = 1e-5, alpha: float = 0.5) -> nn.Module:
     """The norm `kind` over the last dimension. eps applies to layernorm / rmsnorm / rmsnorm-nogain /
-    seednorm, alpha (the initial tanh slope) to dyt; each is ignored by the others."""
+    seednorm, alpha (the initial slope inside tanh / erf) to dyt and derf; each is ignored by the others."""
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=eps, bias=bias)
     if kind == "rmsnorm":
@@ -148,7 +148,7 @@ def make_norm(kind: str, dim: int, *, bias: bool = True, eps: float = 1e-5, alph
     if kind == "dyt":
         return DyT(dim, bias=bias, alpha=alpha)
     if kind == "derf":
-        return Derf(dim, bias=bias)
+        return Derf(dim, bias=bias, alpha=alpha)
     if kind == "seednorm":
         return SeeDNorm(dim, eps=eps)
     if kind == "none":

@@ -289,8 +289,8 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
                 break
     if given.branch_scale_init not in (None, 1.0) and cfg.branch_scale == "none":  # 1.0: already resolved
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
-    if cfg.norm != "dyt" and cfg.dyt_alpha != ModelConfig.dyt_alpha:
-        errors.append(f"model.dyt_alpha: only norm = 'dyt' has alpha; got norm = {cfg.norm!r}")
+    if cfg.norm not in ("dyt", "derf") and cfg.dyt_alpha != ModelConfig.dyt_alpha:
+        errors.append(f"model.dyt_alpha: only norm = 'dyt' or 'derf' has alpha; got norm = {cfg.norm!r}")
     if cfg.value_residual_init != ModelConfig.value_residual_init and not cfg.value_residual:
         errors.append("model.value_residual_init: needs value_residual = true")
     return errors

@@ -30,6 +30,19 @@ def set_determinism(deterministic: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
+_FLUSHING = {"on": False}   # what set_flush_denormal last set in this process (torch cannot be asked)
+
+
+def set_flush_denormal(on: bool) -> None:
+    """Subnormal floats (below 1.2e-38 in float32) read and written as zero on the CPU (x86 FTZ/DAZ).
+    Why on by default: a model that collapses (saturated tanh / erf norms, vanishing gradients) fills
+    its gradients and Adam moments with subnormals, which x86 computes on in microcode: measured 8x
+    slower per step for a collapsed Derf model (docs/performance.md). A run that never produces one
+    computes the same numbers either way. Only the CPU: GPUs flush in their own kernels."""
+    supported = torch.set_flush_denormal(bool(on))   # False where the CPU has no FTZ/DAZ (not x86 SSE3)
+    _FLUSHING["on"] = bool(on) and supported
+
+
 def rng_state() -> dict:
     """The global torch RNG states (only dropout draws from them), as JSON-ready strings."""
     state = {"torch_cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
@@ -50,10 +63,10 @@ def set_rng_state(state: dict) -> None:
 
 def arithmetic(device: torch.device) -> dict:
     """What the floating-point results depend on besides the config: torch's version, the CPU
-    kernels' instruction set (torch's CPU capability, e.g. AVX2, AVX512) and the intra-op threads,
-    or the GPU's name."""
+    kernels' instruction set (torch's CPU capability, e.g. AVX2, AVX512), the intra-op threads and
+    whether subnormals are flushed, or the GPU's name."""
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "flush_denormal": _FLUSHING["on"]}
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out

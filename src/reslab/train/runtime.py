@@ -14,7 +14,7 @@ from ..data import prepare_dataset
 from ..errors import ReslabError
 from . import distributed
 from .config import RunConfig
-from .determinism import set_determinism
+from .determinism import set_determinism, set_flush_denormal
 
 
 def _device(cfg: RunConfig) -> torch.device:
@@ -67,6 +67,7 @@ def runtime(cfg: RunConfig) -> Runtime:
     if t_cfg.threads:
         torch.set_num_threads(t_cfg.threads)
     set_determinism(t_cfg.deterministic)
+    set_flush_denormal(t_cfg.flush_denormal)
     dtype = _dtype(cfg, device)
     return Runtime(d, device, dtype, {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype))
 
