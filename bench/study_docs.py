@@ -376,6 +376,7 @@ def command_line(name: str, report: dict, builtin: bool, study, wall: tuple | No
             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
             + (f" ({', '.join(map(str, seeds))})" if seeds else "")
             + "".join(f", {line}" for line in spec.get("more_seeds") or [])
+            + "".join(f", {line}" for line in spec.get("exclude") or [])
             + (f", baseline {spec['baseline']}" if spec.get("baseline") else "") + ".")
 
 

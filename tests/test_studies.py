@@ -27,7 +27,7 @@ EXPECTED = {  # tuned cpu scales: tuning runs (rows x values x tuning seeds) + c
     "depth-mixing": {"smoke": (20, 20), "cpu": (74, 10), "paper": (60, 20)},
     "speedrun-skips": {"smoke": (6, 6), "cpu": (54, 6), "paper": (18, 6)},
     "norm-by-init": {"smoke": (12, 12), "cpu": (72, 12), "paper": (36, 12)},
-    "norm-free": {"smoke": (18, 18), "cpu": (108, 18), "paper": (54, 18)},
+    "norm-free": {"smoke": (18, 18), "cpu": (84, 14), "paper": (54, 18)},
     # ladders: rows = variants x rungs
     "resi-dual-ladder": {"smoke": (6, 6), "cpu": (36, 6), "paper": (18, 6)},
     "hyper-connections-ladder": {"smoke": (6, 6), "cpu": (36, 6), "paper": (18, 6)},

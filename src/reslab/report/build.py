@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ReslabError
+from ..spec.exclude import describe_exclude
 from ..spec.more_seeds import describe
 from ..spec.record import SpecRecord
 from ..spec.rows import row_name
@@ -225,7 +226,8 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "is_result": is_result,
         "spec": {"name": spec_name, "description": spec.description, "question": spec.question,
                  "scale": scale, "baseline": baseline, "seeds": list(spec.seeds),
-                 "more_seeds": describe(spec.more_seeds, scale)},
+                 "more_seeds": describe(spec.more_seeds, scale),
+                 "exclude": describe_exclude(getattr(spec, "exclude", None) or [], scale)},
         "generated": f"{time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this machine'} "
                      f"({platform.processor() or platform.machine()})",
         # the no-skip variant is named only where it ran at this scale (a scale may leave it out)

@@ -5,7 +5,7 @@ docs/reports.md, "Layout: the answer first"); page.py lays the same blocks out a
 HTML, so the two documents carry the same content in the same order.
 The report dict (JSON-serializable; optional keys may be missing):
     title, is_result (False at the smoke scale: spec.schema.is_result_scale), spec {name, description,
-    question, scale, baseline, seeds, more_seeds}, generated, collapse_rule,
+    question, scale, baseline, seeds, more_seeds, exclude}, generated, collapse_rule,
     reference {unigram, bigram, method, train_tokens, val_tokens[, note]} | None, reference_error,
     table [{variant, n, n_planned, best {n, mean, std, ci_low, ci_high, values}, final {...}, ppl,
             diff, diff_pct, test {test, t, p, p_holm, df, hedges_g, note} | None, collapsed,
@@ -179,6 +179,7 @@ def _scale_line(report: dict) -> str:
     if spec.get("seeds"):
         parts.append("seeds " + ", ".join(str(s) for s in spec["seeds"]))
     parts += spec.get("more_seeds") or []   # [[more_seeds]]: some rows' extra seeds
+    parts += spec.get("exclude") or []      # [[exclude]]: rows of the grid left out
     return " · ".join(parts) or f"Sweep {spec.get('name', DASH)}"
 
 

@@ -1,5 +1,5 @@
 """The whole-spec check: names, cross-references between tables (baseline, scales, presets,
-variants), every override table, each table's own check ([tune], [[more_seeds]], [[claims]]) and
+variants), every override table, each table's own check ([tune], [[more_seeds]], [[exclude]], [[claims]]) and
 the spec's size. Every problem is one line at its path; the caller raises them together."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from .claims import check_claims
 from .expand import MAX_RUNS, planned_count
 from .grid import check_axis_values, check_grid, check_overrides, check_preset, grids
 from .ladder import check_ladder
+from .exclude import check_exclude
 from .more_seeds import check_more_seeds
 from .schema import NAME_RE, SweepSpec, check_seed_list
 from .tune_check import check_tune
@@ -65,6 +66,7 @@ def check_spec(spec: SweepSpec, errors: list[str]) -> None:
     _check_numbers(spec, errors)
     check_tune(spec, errors)
     check_more_seeds(spec, errors)
+    check_exclude(spec, errors)
     check_ladder(spec, errors)
     check_claims(spec, errors)
     check_overrides(spec.base, "base", errors)

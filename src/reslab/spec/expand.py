@@ -16,6 +16,7 @@ from ..train.config import RunConfig, build_run_config, canonical
 from ..typed import deep_merge
 from .grid import grid_points, grids, nested, runner_fixed, scale_base
 from .ladder import RUNG_AXIS, budget, effective_grid, rung_tokens
+from .exclude import excluded
 from .more_seeds import all_extra_seeds, extra_seeds
 from .schema import SweepSpec
 from .tune import all_tuning_seeds
@@ -133,6 +134,8 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
                     continue
                 grid = effective_grid(spec, scale)
                 for point, point_overrides in grid_points(grid) if grid else [({}, {})]:
+                    if excluded(spec, scale, variant, point):
+                        continue  # an [[exclude]] entry leaves the row out (tuning and comparison)
                     if seed not in spec.seeds and seed not in extra_seeds(spec, scale, variant, point):
                         continue  # a [[more_seeds]] seed: only on the rows its entries select
                     if spec.tune and spec.tune.tunes(scale):

@@ -20,11 +20,9 @@ each on its own seeds), as report/claims.py does for any two cells whose seeds d
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
-from .grid import grid_points
-from .ladder import effective_grid
-from .rows import check_row_match, claim_grid
+from .rows import check_row_match, claim_grid, match_text, spec_rows
 from .rows import selects as cell_selects
 from .schema import MoreSeeds, check_seed_list
 from .tune import all_tuning_seeds
@@ -73,7 +71,7 @@ def check_more_seeds(spec, errors: list[str]) -> None:
             if s not in spec.scales:
                 errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
                               f"{', '.join(sorted(spec.scales)) or 'none declared'}")
-        if not _named_already(errors, where) and not any(selects(entry, *row) for row in _rows(spec, entry.scales)):
+        if not _named_already(errors, where) and not any(selects(entry, *row) for row in spec_rows(spec, entry.scales)):
             errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
                           + "; check its variant and grid values against the rows that scale runs")
         check_seed_list(entry.seeds, f"{where}.seeds", "[1, 2]", errors)
@@ -90,17 +88,6 @@ def _named_already(errors: list[str], where: str) -> bool:
     return any(f"{where}.match" in line or f"{where}.scales" in line for line in errors)
 
 
-def _rows(spec, scales: Optional[list[str]]):
-    """(scale, variant, grid point) of every row the spec runs at `scales` (default: every scale)."""
-    for scale in scales or list(spec.scales) or [""]:
-        for variant in spec.variants:
-            if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
-                continue
-            grid = effective_grid(spec, scale)
-            for point, _ in grid_points(grid) if grid else [({}, {})]:
-                yield scale, variant, point
-
-
 def describe(entries: list[MoreSeeds], scale: str | None = None) -> list[str]:
     """One line per entry (those that apply at `scale`, when given) for plans and reports:
     'seeds 1, 2 also on n_layer = 6; variant = pre-ln, lime (scale cpu)'."""
@@ -108,8 +95,6 @@ def describe(entries: list[MoreSeeds], scale: str | None = None) -> list[str]:
     for entry in entries:
         if scale is not None and entry.scales and scale not in entry.scales:
             continue
-        rows = "; ".join(f"{k} = {', '.join(map(str, v)) if isinstance(v, list) else v}"
-                         for k, v in entry.match.items())
-        lines.append(f"seeds {', '.join(map(str, entry.seeds))} also on {rows}"
+        lines.append(f"seeds {', '.join(map(str, entry.seeds))} also on {match_text(entry.match)}"
                      + (f" (scale {', '.join(entry.scales)})" if entry.scales else ""))
     return lines

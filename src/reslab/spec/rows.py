@@ -10,7 +10,9 @@ axis. Grid values compare as numbers where both are numbers (16 == 16.0), never 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
+from .grid import grid_points
 from .ladder import effective_grid
 
 
@@ -169,6 +171,11 @@ def row_name(variant: str, point: dict) -> str:
     return "-".join([variant] + [f"{k.rsplit('.', 1)[-1]}={short(v)}" for k, v in point.items()])
 
 
+def match_text(match: dict) -> str:
+    """A row selector as plans and reports show it: 'variant = pre-ln, lime; n_layer = 6'."""
+    return "; ".join(f"{k} = {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in match.items())
+
+
 def cell_text(variant: str, axes: dict) -> str:
     if not axes:
         return variant
@@ -195,3 +202,14 @@ def check_row_match(spec, match: dict, where: str, grid: dict, errors: list[str]
             errors.append(f"{where}.variant: an empty list selects no row; name at least one variant")
     resolve_cell_axes({k: v for k, v in match.items() if k != "variant"}, grid, where, errors)
 
+
+def spec_rows(spec, scales: Optional[list[str]] = None):
+    """(scale, variant, grid point) of every row of the grid at `scales` (default: every scale), the
+    left-out rows included: the rows scale_variants lets a scale run."""
+    for scale in scales or list(spec.scales) or [""]:
+        for variant in spec.variants:
+            if scale in spec.scale_variants and variant not in spec.scale_variants[scale]:
+                continue
+            grid = effective_grid(spec, scale)
+            for point, _ in grid_points(grid) if grid else [({}, {})]:
+                yield scale, variant, point

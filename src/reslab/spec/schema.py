@@ -20,7 +20,8 @@
     model.tie_embeddings = false
 
 One run = scale x variant x grid point x seed (the spec's seeds, and for the rows a
-[[more_seeds]] entry selects, its seeds too: more_seeds.py). Its config is merged in this order (later wins):
+[[more_seeds]] entry selects, its seeds too: more_seeds.py), but for the rows an [[exclude]]
+entry leaves out (exclude.py). Its config is merged in this order (later wins):
 preset (or the scale's own, scale_presets), base, scale, variant, grid point, overrides (--set),
 then train.seed = seed. Its identity is a hash of that
 fully resolved config (its display name left out), so the same run is never trained twice and
@@ -157,6 +158,13 @@ class MoreSeeds:
 
 
 @dataclass(frozen=True)
+class Exclude:
+    """One [[exclude]] entry: the rows `match` selects are not run (exclude.py)."""
+    match: dict
+    scales: Optional[list[str]] = None  # the scales it applies to (default: every scale)
+
+
+@dataclass(frozen=True)
 class Ladder:
     """[ladder]: the same comparison at several model sizes (rungs), to see how an effect changes as
     the model grows (ladder.py). Each rung is a named override table (the size: width, depth, heads,
@@ -196,6 +204,7 @@ class SweepSpec(Typed):
     # [[claims]]: published claims the report rules on, as written (claims.py reads each into a Claim)
     claims: list[dict] = field(default_factory=list)
     more_seeds: list[MoreSeeds] = field(default_factory=list)  # [[more_seeds]]: some rows' extra seeds (more_seeds.py)
+    exclude: list[Exclude] = field(default_factory=list)  # [[exclude]]: rows of the grid left out (exclude.py)
     ladder: Optional[Ladder] = None  # [ladder]: the comparison at several model sizes (ladder.py)
     overrides: dict = field(default_factory=dict)  # applied to every run last (`--set` on the command line)
 
