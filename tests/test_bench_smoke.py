@@ -193,3 +193,14 @@ def test_bench_cpu_autocast_smoke(tmp_path):
         assert r["float32_ms"] > 0 and r["bf16_ms"] > 0
         assert r["ratio_bf16_to_float32"] == pytest.approx(r["bf16_ms"] / r["float32_ms"])
         assert len(r["rounds"]["float32"]) == len(r["rounds"]["bf16"]) == 1
+
+
+def test_bench_denormal_smoke(tmp_path):
+    """The same run flushing subnormals and keeping them: both timed, the ratio, the losses compared."""
+    out = tmp_path / "denormal.json"
+    proc = _run("bench_denormal.py", "--smoke", "--json", str(out))
+    assert "smoke: not a result" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["flush_s"] > 0 and res["keep_s"] > 0 and res["steps"] == 12
+    assert res["ratio_keep_to_flush"] == pytest.approx(res["keep_s"] / res["flush_s"])
+    assert res["same_losses"] is True  # 12 updates produce no subnormal: the same numbers either way

@@ -227,7 +227,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         "spec": {"name": spec_name, "description": spec.description, "question": spec.question,
                  "scale": scale, "baseline": baseline, "seeds": list(spec.seeds),
                  "more_seeds": describe(spec.more_seeds, scale),
-                 "exclude": describe_exclude(getattr(spec, "exclude", None) or [], scale)},
+                 "exclude": describe_exclude(spec.exclude, scale)},
         "generated": f"{time.strftime('%Y-%m-%d %H:%M')} on {platform.node() or 'this machine'} "
                      f"({platform.processor() or platform.machine()})",
         # the no-skip variant is named only where it ran at this scale (a scale may leave it out)

@@ -28,7 +28,7 @@ from .rows import selects as cell_selects
 
 def excluded(spec, scale: str, variant: str, point: dict) -> bool:
     """Whether some [[exclude]] entry leaves the row (variant, grid point) out at `scale`."""
-    return any(selects(entry, scale, variant, point) for entry in getattr(spec, "exclude", None) or [])
+    return any(selects(entry, scale, variant, point) for entry in spec.exclude)
 
 
 def describe_exclude(entries: list, scale: str | None = None) -> list[str]:
@@ -61,7 +61,7 @@ def check_exclude(spec, errors: list[str]) -> None:
         rows = list(spec_rows(spec, [scale]))
         if rows and all(excluded(spec, *row) for row in rows):
             errors.append(f"exclude: leaves scale {scale!r} no row to run; narrow an entry's match or scales")
-    for i, claim in enumerate(getattr(spec, "claims", None) or []):
+    for i, claim in enumerate(spec.claims):
         parsed = parse_claim(claim, f"claims[{i}]", [])
         if parsed is None or not parsed.valid:
             continue  # check_claims reports it

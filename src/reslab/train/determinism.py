@@ -2,9 +2,10 @@
 their own stream derived from the run's seed, so changing one never shifts another.
 
 And the arithmetic a run's numbers depend on besides its config: a run retrains bit for bit only
-with the same torch, the same CPU vector instructions (or GPU) and the same number of CPU threads,
-which decides the order of every reduction. None of these is part of a run's identity (a sweep
-sets the threads itself), so the run folder records them (status.json "arithmetic")."""
+with the same torch, the same CPU vector instructions (or GPU), the same number of CPU threads,
+which decides the order of every reduction, and the same handling of subnormal floats
+(train.flush_denormal). None of these is part of a run's identity (a sweep sets the threads
+itself), so the run folder records them (status.json "arithmetic")."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ _FLUSHING = {"on": False}   # what set_flush_denormal last set in this process (
 def set_flush_denormal(on: bool) -> None:
     """Subnormal floats (below 1.2e-38 in float32) read and written as zero on the CPU (x86 FTZ/DAZ).
     Why on by default: a model that collapses (saturated tanh / erf norms, vanishing gradients) fills
-    its gradients and Adam moments with subnormals, which x86 computes on in microcode: measured 8x
-    slower per step for a collapsed Derf model (docs/performance.md). A run that never produces one
-    computes the same numbers either way. Only the CPU: GPUs flush in their own kernels."""
+    its gradients and Adam moments with subnormals, which x86 computes on in microcode: measured 9x
+    slower for a collapsed Derf model (bench/bench_denormal.py, docs/performance.md). Like the
+    threads, it is part of a run's arithmetic, not of its identity: a run that never produces a
+    subnormal computes the same numbers either way, and one that does moves a little (depth-mixing,
+    2026-12-06: 11 of its 75 runs, comparison runs by at most 0.004 nats). status.json records it.
+    Only the CPU: GPUs flush in their own kernels."""
     supported = torch.set_flush_denormal(bool(on))   # False where the CPU has no FTZ/DAZ (not x86 SSE3)
     _FLUSHING["on"] = bool(on) and supported
 

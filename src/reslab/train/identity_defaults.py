@@ -124,9 +124,9 @@ BASELINE: dict = {
         "tf32": True,
         "deterministic": False,
         "threads": None,
-        # added 2026-12-06 at True: runs before it kept subnormals; one that never produced any
-        # computes the same numbers either way, so old identities stay (a collapsed Derf run: same
-        # losses to every digit, 9x faster)
+        # added 2026-12-06 at True: part of a run's arithmetic like `threads` (recorded in status.json),
+        # not of its identity. Runs before it kept subnormals; one that never produced any computes the
+        # same numbers either way, one that did moves a little (train/determinism.py says how much)
         "flush_denormal": True,
         "parallel": "ddp",
         "progress": "auto",
