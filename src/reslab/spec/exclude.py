@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 
 from .claims import parse_claim
-from .more_seeds import selects
-from .rows import cell_text, check_row_match, claim_grid, match_text, resolve_key, spec_rows
+from .more_seeds import check_entry_rows, selects
+from .rows import cell_text, match_text, resolve_key, spec_rows
 from .rows import selects as cell_selects
 
 
@@ -42,19 +42,9 @@ def check_exclude(spec, errors: list[str]) -> None:
     """Problems of the [[exclude]] entries and of the claims they would leave without runs."""
     for i, entry in enumerate(spec.exclude):
         where = f"exclude[{i}]"
-        before = len(errors)
-        check_row_match(spec, entry.match, f"{where}.match", claim_grid(spec, entry.scales), errors,
-                        empty="name the rows to leave out (a variant and/or grid points, e.g. "
-                              "{ variant = \"keel\", depth = \"L4\" })", lists=True)
-        for s in entry.scales or []:
-            if s not in spec.scales:
-                errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
-                              f"{', '.join(sorted(spec.scales)) or 'none declared'}")
-        if len(errors) > before:
-            continue
-        if not any(selects(entry, *row) for row in spec_rows(spec, entry.scales)):
-            errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
-                          + "; check its variant and grid values against the rows that scale runs")
+        check_entry_rows(spec, entry, where, errors,
+                         empty="name the rows to leave out (a variant and/or grid points, e.g. "
+                               "{ variant = \"keel\", depth = \"L4\" })")
     if not spec.exclude or any(line.startswith("exclude[") for line in errors):
         return
     for scale in list(spec.scales) or [""]:

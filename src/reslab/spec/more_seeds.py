@@ -64,16 +64,9 @@ def check_more_seeds(spec, errors: list[str]) -> None:
     tuning = set(all_tuning_seeds(spec.tune)) if spec.tune is not None else set()
     for i, entry in enumerate(spec.more_seeds):
         where = f"more_seeds[{i}]"
-        check_row_match(spec, entry.match, f"{where}.match", claim_grid(spec, entry.scales), errors,
-                        empty="name the rows that need more seeds (a variant and/or grid points, e.g. "
-                              "{ n_layer = 6 }), or add the seeds to `seeds` for every row", lists=True)
-        for s in entry.scales or []:
-            if s not in spec.scales:
-                errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
-                              f"{', '.join(sorted(spec.scales)) or 'none declared'}")
-        if not _named_already(errors, where) and not any(selects(entry, *row) for row in spec_rows(spec, entry.scales)):
-            errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
-                          + "; check its variant and grid values against the rows that scale runs")
+        check_entry_rows(spec, entry, where, errors,
+                         empty="name the rows that need more seeds (a variant and/or grid points, e.g. "
+                               "{ n_layer = 6 }), or add the seeds to `seeds` for every row")
         check_seed_list(entry.seeds, f"{where}.seeds", "[1, 2]", errors)
         for other, name in ((set(spec.seeds), "the spec's seeds: every row trains on them already"),
                             (tuning, "tuning seeds: the comparison would be judged on the runs that chose its values")):
@@ -81,6 +74,21 @@ def check_more_seeds(spec, errors: list[str]) -> None:
             if shared:
                 errors.append(f"{where}.seeds: {shared} are also {name}")
 
+
+
+def check_entry_rows(spec, entry, where: str, errors: list[str], empty: str) -> None:
+    """The row part of an entry that selects rows by `match` at `scales` ([[more_seeds]],
+    [[exclude]]): an empty or unknown selector, unknown scales, and, when those are fine, a
+    selector that picks no row at its scales."""
+    check_row_match(spec, entry.match, f"{where}.match", claim_grid(spec, entry.scales), errors,
+                    empty=empty, lists=True)
+    for s in entry.scales or []:
+        if s not in spec.scales:
+            errors.append(f"{where}.scales: unknown scale {s!r}; scales are "
+                          f"{', '.join(sorted(spec.scales)) or 'none declared'}")
+    if not _named_already(errors, where) and not any(selects(entry, *row) for row in spec_rows(spec, entry.scales)):
+        errors.append(f"{where}.match: selects no row" + (f" at scale {', '.join(entry.scales)}" if entry.scales else "")
+                      + "; check its variant and grid values against the rows that scale runs")
 
 
 def _named_already(errors: list[str], where: str) -> bool:
