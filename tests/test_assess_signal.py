@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from reslab.assess.signal import probe_designs, reading, signal_summary
 from reslab.config import ModelConfig
@@ -41,3 +42,46 @@ def test_a_design_that_refuses_the_setting_is_named_not_dropped_silently():
     assert {r["design"] for r in rows} == {"pre-ln"}
     rows, skipped = probe_designs(models, (2, 4), seeds=1, mode="default")  # as trained: both
     assert not skipped and {r["design"] for r in rows} == {"ngpt", "pre-ln"}
+
+
+def test_a_design_whose_init_is_part_of_it_keeps_it_in_xiongs_setting():
+    from reslab.assess.render import _signal_blocks
+    from reslab.assess.signal import SEQ, _build
+    from reslab.model.gpt import GPT
+    from reslab.probe.settings import own_init, zero_query_key
+
+    def cfg(design, **kw):
+        return ModelConfig(design=design, n_embd=32, n_head=2, block_size=32, **kw)
+
+    assert {d: own_init(cfg(d)) for d in ("pre-ln", "post-ln", "keel", "skipinit", "fixup", "t-fixup",
+                                           "sub-ln", "deepnorm", "sas")} == {
+        "pre-ln": None, "post-ln": None, "keel": None, "skipinit": None, "fixup": "fixup",
+        "t-fixup": "t-fixup", "sub-ln": "sub-ln", "deepnorm": "deepnorm", "sas": "identity"}
+    assert own_init(cfg("post-ln", init="ds-init")) == "ds-init"  # an init set on purpose is kept too
+    assert own_init(cfg("pre-ln", init="xavier")) is None
+    from reslab.probe.settings import config_for  # `reslab probe --mode xiong` follows the same rule
+    assert [config_for(d, "xiong", 6, 32, 2, 32).init for d in ("t-fixup", "pre-ln")] == ["t-fixup", "xavier"]
+
+    def weights(net):
+        return {k: v.clone() for k, v in net.state_dict().items()}
+
+    def reference(design, init):  # Xiong's setting written out: the init, ReLU MLP, W_Q = W_K = 0
+        net = GPT(ModelConfig(design=design, n_embd=32, n_head=2, block_size=SEQ, n_layer=6, dropout=0.0,
+                              init=init, mlp="relu"), seed=3)
+        zero_query_key(net)
+        return weights(net)
+
+    probed = weights(_build(cfg("t-fixup"), 6, "xiong", 3))
+    kept, xavier = reference("t-fixup", "t-fixup"), reference("t-fixup", "xavier")
+    assert probed.keys() == kept.keys()
+    assert all(torch.equal(probed[k], kept[k]) for k in kept)
+    assert not all(torch.equal(probed[k], xavier[k]) for k in xavier)  # the control: Xavier differs
+    pre = weights(_build(cfg("pre-ln"), 6, "xiong", 3))
+    assert all(torch.equal(pre[k], v) for k, v in reference("pre-ln", "xavier").items())
+
+    models = {"t-fixup": cfg("t-fixup"), "pre-ln": cfg("pre-ln"), "post-ln": cfg("post-ln")}
+    own = {k: i for k, i in ((k, own_init(m)) for k, m in models.items()) if i}
+    summary = signal_summary({"xiong": probe_designs(models, (2, 4), seeds=1, mode="xiong")}, own)
+    text = [b[1] for b in _signal_blocks({"signal": summary}) if b[0] == "p"]
+    assert sum("keeps its own init (t-fixup)" in t for t in text) == 1
+    assert not any("pre-ln keeps" in t or "post-ln keeps" in t for t in text)

@@ -221,7 +221,7 @@ def ladder_part(report: dict | None) -> dict | None:
 
 
 def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost: dict, stab: dict,
-               folder, wall_s: float | None = None, results=None) -> dict:
+               folder, wall_s: float | None = None, results=None, own_inits: dict | None = None) -> dict:
     from ..probe.plots import plot_all
     from ..spec.schema import NOT_A_RESULT, is_result_scale
     from .figure import FIGURE, draw_card_figure
@@ -240,7 +240,7 @@ def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost:
         "baselines": list(req.baselines), "seeds": list(specs[0].seeds),
         "reference": {k: reference.get(k) for k in ("unigram", "bigram")},
         "design": design_section(req, cost),
-        "signal": {**signal_summary(signal), "figures": signal_figures},
+        "signal": {**signal_summary(signal, own_inits), "figures": signal_figures},
         "lr": lr_section(main, reference.get("unigram")),
         "comparison": comparison_section(req, main, is_result),
         "depth": depth_section(req, main, is_result),

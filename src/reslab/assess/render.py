@@ -67,6 +67,10 @@ def _signal_blocks(card: dict) -> list[tuple]:
                         f"{m['seeds']} seed(s):"),
                   ("table", ["design", "last-layer W2 gradient ~ depth", f"block gradient ~ layer (L = {m['deepest']})",
                              f"stream RMS ~ layer (L = {m['deepest']})", "reading"], rows, "lrrrl")]
+        own = (s.get("own_init") or {}) if mode == "xiong" else {}
+        for d in (d for d in own if d in (m.get("designs") or {})):
+            b.append(("p", f"{d} keeps its own init ({own[d]}) in this setting: the init is part of the design, "
+                           f"so Xavier stands in for the generic GPT-2 init only."))
         for d, why in (m.get("skipped") or {}).items():
             b.append(("p", f"{d} was not probed in {SETTINGS.get(mode, mode)}: {why}"))
     b += [("img", f["title"], f["file"]) for f in s.get("figures") or []][:2]

@@ -130,6 +130,7 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
     from .card import build_card
     from .cost import measure_cost
     from .render import write_card
+    from ..probe.settings import own_init
     from .signal import MODES, probe_designs
     from .stability import stability
 
@@ -161,8 +162,9 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
             for depth in DEPTHS}
     unigram = (reports[0].get("reference") or {}).get("unigram")
     stab = stability(store, main.name, req.scale, unigram)
+    own_inits = {label: init for label, init in ((k, own_init(m)) for k, m in models.items()) if init}
     card = build_card(req, plan.specs, reports, signal, cost, stab, folder,
-                      wall_s=time.time() - t0, results=results)
+                      wall_s=time.time() - t0, results=results, own_inits=own_inits)
     write_card(card, folder)
     return card, folder
 

@@ -9,11 +9,13 @@ O(d sqrt(ln d)) per layer, independent of L), while Pre-LN's shrinks as O(d sqrt
 exponent of ||dL/dW2 (last layer)|| against L is about -1/2 for Pre-LN and about 0 for Post-LN.
 
     probe_designs(models, depths, seeds) -> rows (probe/run.py's row format, probe.csv columns)
-    signal_summary({mode: (rows, skipped)}) -> per mode and design the exponents and the law's reading
+    signal_summary({mode: (rows, skipped)}, own_inits) -> per mode and design the exponents and the law's reading
 
 Two settings: "xiong", the law's own (Xavier init, ReLU MLP, W_Q = W_K = 0: where Pre-LN's exponent
 is -1/2), and "default", each design as the card trains it (its own init: GPT-2's 1/sqrt(2L)
-scaling of output projections already flattens Pre-LN's exponent there).
+scaling of output projections already flattens Pre-LN's exponent there). A design whose init is
+part of it (Fixup, T-Fixup, Sub-LN, DeepNet, SAS) keeps that init in Xiong et al.'s setting too,
+since under Xavier it would be another model; the card names those designs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..errors import ReslabError
 from ..model.gpt import GPT
 from ..probe.measure import probe_model, random_batch
 from ..probe.run import depth_slopes, layer_slopes, write_csv
-from ..probe.settings import zero_query_key
+from ..probe.settings import own_init, zero_query_key
 
 SEQ, BATCH = 32, 4
 MODES = ("xiong", "default")
@@ -37,7 +39,7 @@ def _config(model: ModelConfig, depth: int, mode: str) -> ModelConfig:
     fields = dataclasses.asdict(model)
     fields.update(n_layer=depth, dropout=0.0, block_size=SEQ)
     if mode == "xiong":  # Xiong et al.'s setting: Xavier init, ReLU MLP (W_Q = W_K = 0 after building)
-        fields.update(init="xavier", mlp="relu")
+        fields.update(init=own_init(model) or "xavier", mlp="relu")
     return ModelConfig(**fields)
 
 
@@ -103,11 +105,13 @@ def _slopes(rows: list[dict]) -> tuple[int, dict]:
                          "act_norm~layer": act_layer.get(d)} for d in dict.fromkeys(r["design"] for r in rows)}
 
 
-def signal_summary(by_mode: dict[str, tuple[list[dict], dict]]) -> dict:
+def signal_summary(by_mode: dict[str, tuple[list[dict], dict]], own_inits: dict | None = None) -> dict:
     """Per mode ("xiong": the law's setting, "default": as the card trains them) and design: the
     exponent of the last layer's MLP-output gradient against depth, and of the per-layer gradient
-    norm and stream RMS against the layer index at the deepest depth; the reading of the law."""
-    out = {"modes": {}, "law": LAW}
+    norm and stream RMS against the layer index at the deepest depth; the reading of the law.
+    own_inits ({label: init}, from own_init) names the designs that kept their own init in Xiong et
+    al.'s setting."""
+    out = {"modes": {}, "law": LAW, "own_init": dict(own_inits or {})}
     for mode, (rows, skipped) in by_mode.items():
         if not rows:
             out["modes"][mode] = {"designs": {}, "skipped": skipped}

@@ -1,7 +1,8 @@
 """Named probe settings (modes) and study 002's linear + LayerNorm simulation.
 
     default   each design with its own defaults (its own init)
-    xiong     Xiong et al. 2020, Thm 1: Xavier init, ReLU MLP, W_Q = W_K = 0 in every layer
+    xiong     Xiong et al. 2020, Thm 1: Xavier init, ReLU MLP, W_Q = W_K = 0 in every layer (a design
+              whose init is part of it keeps that init: own_init)
     rank      rank collapse (study 001): the attention skip removed, with and without shaped
               attention; `rank_variants` names the probe "designs" of this mode
     sim       study 002: gradients through a stack of Linear + LayerNorm layers (linear_ln_sim)
@@ -18,7 +19,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ReslabError
 from ..model.gpt import GPT
-from ..model.registry import DESIGNS
+from ..model.registry import DESIGNS, resolve
 
 MODES = ("default", "xiong", "rank", "sim")
 
@@ -50,12 +51,22 @@ def check_design(name: str, mode: str) -> None:
         raise ReslabError(f"--designs: unknown design {name!r} for mode {mode}; choose from {', '.join(known)}")
 
 
+def own_init(model: ModelConfig) -> str | None:
+    """The init scheme that is part of the design (fixup, t-fixup, sub-ln, deepnorm, sas's identity, or
+    one set on purpose, e.g. post-ln with ds-init), or None where the design uses the generic GPT-2
+    init. In the xiong mode Xavier stands in for the generic init only: an init-based design under
+    Xavier would be another model (T-Fixup under Xavier is a plain residual net without norms)."""
+    init = resolve(model).init
+    return None if init in ("gpt2", "xavier") else init
+
+
 def config_for(name: str, mode: str, depth: int, width: int, heads: int, seq: int) -> ModelConfig:
     base = {"n_layer": depth, "n_embd": width, "n_head": heads, "block_size": seq, "dropout": 0.0}
     if mode == "rank":
         return ModelConfig(**{**base, **RANK_VARIANTS[name]})
     if mode == "xiong":
-        return ModelConfig(design=name, init="xavier", mlp="relu", **base)
+        init = own_init(ModelConfig(design=name, **base)) or "xavier"
+        return ModelConfig(design=name, init=init, mlp="relu", **base)
     return ModelConfig(design=name, **base)
 
 
