@@ -48,7 +48,7 @@ def test_the_ladder_is_climbed_at_smoke_by_default_and_on_request():
 def test_options_make_their_own_card_and_reach_only_the_design():
     req = CardRequest("hyper-connections", overrides={"model": {"options": {"streams": 2}}}, scale="cpu")
     main = card_specs(req)[0]
-    assert req.label.startswith("hyper-connections-") and req.label in main.variants
+    assert req.label == "hyper-connections+streams-2" and req.label in main.variants
     runs = tuning_runs(main, ["cpu"])
     assert {r.config.model.options["streams"] for r in runs if r.variant == req.label} == {2}
     assert _ids(main, "cpu", "pre-ln") == _ids(card_specs(CardRequest("sas", scale="cpu"))[0], "cpu", "pre-ln")
@@ -170,3 +170,22 @@ def test_a_row_worse_than_bigram_is_named_and_said_to_end_above_it():
                           "(a verdict needs its mean 0.3 below)")
     assert depth_section(CardRequest("sas"), _report(below=-0.358), is_result=True)["warmup"] == \
         "no verdict: " + c16["why"]
+
+
+def test_a_card_with_settings_is_named_by_them_where_that_is_unambiguous():
+    def label(**overrides):
+        return CardRequest("pre-ln", overrides=overrides).label
+    assert label() == "pre-ln"
+    assert label(model={"norm": "derf"}) == "pre-ln+norm-derf"
+    assert label(model={"options": {"alpha_init": 0.1}}, optim={"weight_decay": 0}) == \
+        "pre-ln+alpha_init-0.1+optim.weight_decay-0"
+    assert label(model={"attn_gate": "head", "qk_norm": True}) == "pre-ln+attn_gate-head+qk_norm-true"
+    # a short hash where a spelled name could stand for two sets of settings, or is not a folder name
+    hashed = [label(model={"norm": "2"}),                         # the string "2" would read like 2
+              label(model={"options": {"k": [1, 2]}}),            # a list
+              label(model={"n_embd": 64, "options": {"n_embd": 3}}),  # both spelled n_embd
+              label(model={"norm": "a/b"}),                       # not a folder name
+              label(model={"options": {"a_rather_long_option_name": "and_a_long_value_too"}})]
+    assert all(h.startswith("pre-ln-") and len(h) == len("pre-ln-") + 6 for h in hashed), hashed
+    assert len(set(hashed)) == len(hashed)
+    assert label(model={"norm": 2}) != label(model={"norm": "2"})

@@ -65,12 +65,61 @@ class CardRequest:
 
     @property
     def label(self) -> str:
-        """The design's row name, and the card's name: the design, with a short hash of its overrides
-        when it has any (two option sets of one design are two cards, two variants)."""
+        """The design's row name, and the card's name (two option sets of one design are two cards, two
+        variants): the design, then each of its own settings as +key-value (`pre-ln+norm-derf`,
+        `hyper-connections+streams-2`) where that spells them unambiguously in a short folder name,
+        else a short hash of them (`pre-ln-3fa2c1`)."""
         if not self.overrides:
             return self.design
+        readable = _spelled(self.design, self.overrides)
+        if readable:
+            return readable
         digest = hashlib.sha256(json.dumps(self.overrides, sort_keys=True).encode()).hexdigest()[:6]
         return f"{self.design}-{digest}"
+
+
+LABEL_MAX = 48  # characters: a label is a folder name and a table row
+
+
+def _leaves(tree: dict, path: tuple = ()):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, path + (key,))
+        else:
+            yield path + (key,), value
+
+
+def _short(path: tuple) -> tuple:
+    """A setting's name in a label: model.options.streams -> streams, model.norm -> norm, optim.lr stays."""
+    if path[:1] == ("model",):
+        path = path[1:]
+        if path[:1] == ("options",) and len(path) > 1:
+            path = path[1:]
+    return path
+
+
+def _spelled(design: str, overrides: dict) -> str | None:
+    """design+key-value+... (keys as _short writes them), or None where that could name two different
+    sets of settings: two settings spelled alike, a string that reads as another type ("2", "true"),
+    a value that is a list or holds characters a folder name may not, or a long result."""
+    parts = []
+    for path, value in sorted(_leaves(overrides)):
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+                return None  # "2" would read like 2
+            except ValueError:
+                text = value
+        elif isinstance(value, (bool, int, float)):
+            text = json.dumps(value)
+        else:
+            return None
+        parts.append((".".join(_short(path)), text))
+    keys = [k for k, _ in parts]  # model.options.k and a model field k would be spelled alike
+    label = design + "".join(f"+{k}-{v}" for k, v in parts)
+    if len(set(keys)) < len(keys) or len(label) > LABEL_MAX or not NAME_RE.match(label):
+        return None
+    return label
 
 
 def check_request(req: CardRequest) -> None:
