@@ -131,6 +131,13 @@ def test_cli_runs_and_prints_the_folder_last(tmp_path, capsys):
     assert (out / "probe.csv").is_file() and (out / "last_w2_grad_vs_depth.png").stat().st_size > 1000
 
 
+def test_cli_names_the_designs_that_keep_their_own_init_in_xiongs_setting(tmp_path, capsys):
+    assert _cli(["probe", "--designs", "t-fixup,pre-ln,fixup", "--depths", "2,3", "--seeds", "1", "--width", "16",
+                 "--heads", "2", "--seq", "8", "--batch", "2", "--mode", "xiong", "--out", str(tmp_path / "x")]) == 0
+    kept = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kept their own init")]
+    assert kept == ["kept their own init (part of the design) instead of Xavier: t-fixup (t-fixup), fixup (fixup)"]
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--designs", "nope"], "unknown design"),
     (["--depths", "0,6"], "depth"),
