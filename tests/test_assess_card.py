@@ -140,3 +140,13 @@ def test_a_result_cards_counts_and_lines_are_on_the_first_screen(card, tmp_path)
         b = got["needles"][needle]
         assert b is not None and b["bottom"] <= 900 and b["right"] <= 1400, (needle, b)
     assert got["images"][0]["bottom"] <= 900 and all(i["natural"] > 0 for i in got["images"])
+
+
+def test_the_stability_table_counts_in_words():
+    from reslab.assess.render import _stability_blocks
+    by_lr = {"0.01": {"runs": 1, "diverged": 0, "plateau": 0, "spikes": 1},
+             "0.033": {"runs": 2, "diverged": 1, "plateau": 0, "spikes": 3}}
+    card = {"stability": {"rule": "a rule", "designs": {"x": {"runs": 3, "diverged": 1, "plateau": 0, "spikes": 4,
+                                                                  "stable_lrs": ["0.01"], "by_lr": by_lr}}}}
+    table = _stability_blocks(card)[2]
+    assert table[2][0][-1] == "0.01: 1 run, 1 spike; 0.033: 2 runs, 1 diverged, 3 spikes"

@@ -152,13 +152,18 @@ def _cost_blocks(card: dict) -> list[tuple]:
     return b
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _stability_blocks(card: dict) -> list[tuple]:
     st = card["stability"]
     rows = []
     for design, d in st["designs"].items():
         # float(lr): a card read back from card.json has its rates as text keys
-        by = "; ".join(f"{float(lr):g}: {c['runs']} runs" + (f", {c['diverged']} diverged" if c["diverged"] else "")
-                       + (f", {c['plateau']} plateau" if c["plateau"] else "") + (f", {c['spikes']} spikes" if c["spikes"] else "")
+        by = "; ".join(f"{float(lr):g}: {_count(c['runs'], 'run')}" + (f", {c['diverged']} diverged" if c["diverged"] else "")
+                       + (f", {c['plateau']} plateau" if c["plateau"] else "")
+                       + (f", {_count(c['spikes'], 'spike')}" if c["spikes"] else "")
                        for lr, c in d["by_lr"].items())
         rows.append([design, str(d["runs"]), str(d["diverged"]), str(d["plateau"]), str(d["spikes"]),
                      ", ".join(f"{float(x):g}" for x in d["stable_lrs"]) or DASH, by])
