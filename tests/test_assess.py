@@ -160,7 +160,7 @@ def test_the_lr_and_stability_tables_render_from_a_card_read_back_from_json():
         (_, _, table) = _lr_blocks(c)[:3]
         assert table[2] == [["sas-depth=L4-warmup=w100", "2.1000", "2.0000", "0.003"]]
         (_, _, stab) = _stability_blocks(c)
-        assert stab[2] == [["sas", "2", "1", "0", "3", "0.001", "0.001: 1 runs, 3 spikes; 0.003: 1 runs, 1 diverged"]]
+        assert stab[2] == [["sas", "2", "1", "0", "3", "0.001", "0.001: 1 run, 3 spikes; 0.003: 1 run, 1 diverged"]]
 
 
 def test_a_row_worse_than_bigram_is_named_and_said_to_end_above_it():
