@@ -151,14 +151,17 @@ def test_the_lr_and_stability_tables_render_from_a_card_read_back_from_json():
     from reslab.assess.render import _lr_blocks, _stability_blocks
 
     card = {"lr": {"values": [1e-3, 3e-3], "sensitivity": {"sas": {"mean": 0.12, "rows": 4}}, "cap": 3.35,
-                   "rows": [{"name": "sas-depth=L4-warmup=w100", "curve": {1e-3: 2.1, 3e-3: 2.0}, "chosen": 3e-3}]},
+                   "rows": [{"name": "sas-depth=L4-warmup=w100", "curve": {1e-3: 2.1, 3e-3: 2.0}, "chosen": 3e-3},
+                            {"name": "sas-depth=L16-warmup=w100", "curve": {1e-3: 2.2, 3e-3: None},
+                             "no_loss": {3e-3: "diverged"}, "chosen": 1e-3}]},
             "stability": {"rule": "r", "designs": {"sas": {"runs": 2, "diverged": 1, "plateau": 0, "spikes": 3,
                                                            "stable_lrs": [1e-3],
                                                            "by_lr": {1e-3: {"runs": 1, "diverged": 0, "plateau": 0, "spikes": 3},
                                                                      3e-3: {"runs": 1, "diverged": 1, "plateau": 0, "spikes": 0}}}}}}
     for c in (card, json.loads(json.dumps(card))):  # float keys, then the text keys of card.json
         (_, _, table) = _lr_blocks(c)[:3]
-        assert table[2] == [["sas-depth=L4-warmup=w100", "2.1000", "2.0000", "0.003"]]
+        assert table[2] == [["sas-depth=L4-warmup=w100", "2.1000", "2.0000", "0.003"],
+                            ["sas-depth=L16-warmup=w100", "2.2000", "diverged", "0.001"]]
         (_, _, stab) = _stability_blocks(c)
         assert stab[2] == [["sas", "2", "1", "0", "3", "0.001", "0.001: 1 run, 3 spikes; 0.003: 1 run, 1 diverged"]]
 
@@ -189,3 +192,14 @@ def test_a_card_with_settings_is_named_by_them_where_that_is_unambiguous():
     assert all(h.startswith("pre-ln-") and len(h) == len("pre-ln-") + 6 for h in hashed), hashed
     assert len(set(hashed)) == len(hashed)
     assert label(model={"norm": 2}) != label(model={"norm": "2"})
+
+
+def test_the_lr_section_says_why_a_rate_has_no_loss():
+    from reslab.assess.card import lr_section
+    row = {"variant": "fixup", "grid": {"depth": "L16"}, "name": "fixup-depth=L16", "chosen": 3e-3,
+           "values": [{"value": 1e-3, "mean": 2.3, "diverged": 0}, {"value": 3e-3, "mean": 2.1, "diverged": 0},
+                      {"value": 1e-2, "mean": None, "diverged": 1, "failed": 0},
+                      {"value": 3e-2, "mean": None, "diverged": 0, "failed": 0, "unfinished": 1}]}
+    section = lr_section({"lr": {"tuning": {"axis": "optim.lr", "values": [1e-3, 3e-3, 1e-2, 3e-2],
+                                            "rows": [row]}}}, 3.35)
+    assert section["rows"][0]["no_loss"] == {1e-2: "diverged", 3e-2: "unfinished"}

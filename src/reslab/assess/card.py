@@ -139,6 +139,9 @@ def depth_section(req: CardRequest, report: dict, is_result: bool) -> dict:
                        "warmup-free-L16": _numbers(free)}}
 
 
+NO_LOSS = ("diverged", "failed", "unfinished")  # the report's counts for a tuning cell without a loss
+
+
 def lr_section(report: dict, unigram: float | None) -> dict:
     """Loss against learning rate for every row of every design (the tuning runs), and each design's
     sensitivity: Wortsman et al.'s S = mean over rates of min(L, cap) - min over rates, per row
@@ -150,8 +153,12 @@ def lr_section(report: dict, unigram: float | None) -> dict:
     per_design: dict[str, list[float]] = {}
     for row in tuning.get("rows") or []:
         curve = {float(e["value"]): e.get("mean") for e in row.get("values") or []}
+        # why a rate has no loss: its tuning run diverged, failed or has not finished
+        why = {float(e["value"]): next((k for k in NO_LOSS if e.get(k)), None) for e in row.get("values") or []
+               if not _finite(e.get("mean"))}
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
-                            "curve": curve, "chosen": row.get("chosen"), "edge": row.get("edge")})
+                            "curve": curve, "no_loss": {v: k for v, k in why.items() if k},
+                            "chosen": row.get("chosen"), "edge": row.get("edge")})
         losses = [x if _finite(x) else math.inf for x in curve.values()]
         if losses and unigram is not None:
             per_design.setdefault(row["variant"], []).append(seed_sensitivity(losses, unigram))

@@ -84,11 +84,13 @@ def _lr_blocks(card: dict) -> list[tuple]:
                                                                "regime's one learning rate.")]
     values = lr["values"]
     curves = [{float(k): m for k, m in r["curve"].items()} for r in lr["rows"]]  # JSON keys are text
-    rows = [[r["name"]] + [_f(c.get(float(v))) for v in values] + [_f(r.get("chosen"), "{:g}")]
-            for r, c in zip(lr["rows"], curves)]
+    no_loss = [{float(k): why for k, why in (r.get("no_loss") or {}).items()} for r in lr["rows"]]
+    rows = [[r["name"]] + [no.get(float(v)) or _f(c.get(float(v))) for v in values] + [_f(r.get("chosen"), "{:g}")]
+            for r, c, no in zip(lr["rows"], curves, no_loss)]
     b = [("h2", "3. Loss against learning rate"),
          ("p", "Best validation loss of each row's tuning run at each learning rate (tuning seed 9001; "
-               "each row then trains its comparison seeds at the rate with the lowest loss)."),
+               "each row then trains its comparison seeds at the rate with the lowest loss; a rate the row "
+               "did not try is —, one whose run diverged says so)."),
          ("table", ["row"] + [f"{v:g}" for v in values] + ["chosen"], rows, "l" + "r" * (len(values) + 1))]
     if lr["sensitivity"]:
         b.append(("p", "Learning-rate sensitivity (Wortsman et al. 2023: mean over rates of min(loss, cap) minus "
