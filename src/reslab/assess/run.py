@@ -124,13 +124,13 @@ def probe_models(spec: SweepSpec, req: CardRequest) -> dict[str, ModelConfig]:
 
 def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto", stack_size: int = 8,
            log=None, specs: list | None = None) -> tuple[dict, Path]:
+    from ..probe.settings import own_init
     from ..report.build import build_report
     from ..report.render import write_report
     from ..sweep.runner import default_jobs, run_sweep
     from .card import build_card
     from .cost import measure_cost
     from .render import write_card
-    from ..probe.settings import own_init
     from .signal import MODES, probe_designs
     from .stability import stability
 
