@@ -48,7 +48,7 @@ def test_a_design_whose_init_is_part_of_it_keeps_it_in_xiongs_setting():
     from reslab.assess.render import _signal_blocks
     from reslab.assess.signal import SEQ, _build
     from reslab.model.gpt import GPT
-    from reslab.probe.settings import own_init, zero_query_key
+    from reslab.probe.settings import own_init, own_inits, zero_query_key
 
     def cfg(design, **kw):
         return ModelConfig(design=design, n_embd=32, n_head=2, block_size=32, **kw)
@@ -59,6 +59,8 @@ def test_a_design_whose_init_is_part_of_it_keeps_it_in_xiongs_setting():
         "t-fixup": "t-fixup", "sub-ln": "sub-ln", "deepnorm": "deepnorm", "sas": "identity"}
     assert own_init(cfg("post-ln", init="ds-init")) == "ds-init"  # an init set on purpose is kept too
     assert own_init(cfg("pre-ln", init="xavier")) is None
+    assert own_inits({"a": cfg("post-ln", init="ds-init"), "b": cfg("pre-ln"), "c": cfg("fixup")}) == \
+        {"a": "ds-init", "c": "fixup"}
     from reslab.probe.settings import config_for  # `reslab probe --mode xiong` follows the same rule
     assert [config_for(d, "xiong", 6, 32, 2, 32).init for d in ("t-fixup", "pre-ln")] == ["t-fixup", "xavier"]
 
@@ -80,8 +82,7 @@ def test_a_design_whose_init_is_part_of_it_keeps_it_in_xiongs_setting():
     assert all(torch.equal(pre[k], v) for k, v in reference("pre-ln", "xavier").items())
 
     models = {"t-fixup": cfg("t-fixup"), "pre-ln": cfg("pre-ln"), "post-ln": cfg("post-ln")}
-    own = {k: i for k, i in ((k, own_init(m)) for k, m in models.items()) if i}
-    summary = signal_summary({"xiong": probe_designs(models, (2, 4), seeds=1, mode="xiong")}, own)
+    summary = signal_summary({"xiong": probe_designs(models, (2, 4), seeds=1, mode="xiong")}, own_inits(models))
     text = [b[1] for b in _signal_blocks({"signal": summary}) if b[0] == "p"]
     assert sum("keeps its own init (t-fixup)" in t for t in text) == 1
     assert not any("pre-ln keeps" in t or "post-ln keeps" in t for t in text)

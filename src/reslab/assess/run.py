@@ -124,7 +124,7 @@ def probe_models(spec: SweepSpec, req: CardRequest) -> dict[str, ModelConfig]:
 
 def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto", stack_size: int = 8,
            log=None, specs: list | None = None) -> tuple[dict, Path]:
-    from ..probe.settings import own_init
+    from ..probe.settings import own_inits
     from ..report.build import build_report
     from ..report.render import write_report
     from ..sweep.runner import default_jobs, run_sweep
@@ -162,9 +162,8 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
             for depth in DEPTHS}
     unigram = (reports[0].get("reference") or {}).get("unigram")
     stab = stability(store, main.name, req.scale, unigram)
-    own_inits = {label: init for label, init in ((k, own_init(m)) for k, m in models.items()) if init}
     card = build_card(req, plan.specs, reports, signal, cost, stab, folder,
-                      wall_s=time.time() - t0, results=results, own_inits=own_inits)
+                      wall_s=time.time() - t0, results=results, own_inits=own_inits(models))
     write_card(card, folder)
     return card, folder
 

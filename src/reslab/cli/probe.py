@@ -67,7 +67,7 @@ def cmd_probe(args) -> int:
     from ..fileio import check_output_dir
     from ..probe.plots import plot_all
     from ..probe.run import format_table, run_probe, slopes_table
-    from ..probe.settings import check_mode, config_for
+    from ..probe.settings import check_mode, config_for, own_inits
 
     check_mode(args.mode)
     given = args.designs if args.designs is not None else MODE_DESIGNS[args.mode]  # "" is no default
@@ -87,8 +87,8 @@ def cmd_probe(args) -> int:
     print("fitted log-log exponents (seed means):")
     print(format_table(slopes_table(rows)))
     if args.mode == "xiong":  # Xavier stands in for the generic init only (probe/settings.own_init)
-        inits = {d: config_for(d, "xiong", depths[0], args.width, args.heads, args.seq).init for d in designs}
-        kept = [f"{d} ({init})" for d, init in inits.items() if init != "xavier"]
+        models = {d: config_for(d, "default", depths[0], args.width, args.heads, args.seq) for d in designs}
+        kept = [f"{d} ({init})" for d, init in own_inits(models).items()]
         if kept:
             print(f"kept their own init (part of the design) instead of Xavier: {', '.join(kept)}")
     print(out)

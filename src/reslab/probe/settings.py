@@ -60,6 +60,11 @@ def own_init(model: ModelConfig) -> str | None:
     return None if init in ("gpt2", "xavier") else init
 
 
+def own_inits(models: dict[str, ModelConfig]) -> dict[str, str]:
+    """{label: init} for the models that keep their own init in the xiong mode (own_init), in order."""
+    return {label: init for label, init in ((k, own_init(m)) for k, m in models.items()) if init}
+
+
 def config_for(name: str, mode: str, depth: int, width: int, heads: int, seq: int) -> ModelConfig:
     base = {"n_layer": depth, "n_embd": width, "n_head": heads, "block_size": seq, "dropout": 0.0}
     if mode == "rank":
