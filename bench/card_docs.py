@@ -3,7 +3,7 @@
     python bench/card_docs.py STORE_OR_OUT [--docs docs/cards.md] [--folder docs/cards]
 
 STORE_OR_OUT is a results store (it holds cards/) or the OUT folder of `bash bench/run_cards.sh OUT
-DESIGN ...` (OUT/store/cards/ and OUT/walls.tsv: design, seconds, date, scale, clean|shared and, when
+DESIGN ...` (OUT/store/cards/ and OUT/walls.tsv: card label, seconds, date, scale, clean|shared and, when
 the run said so, what else ran on the machine meanwhile, shown beside the time). Every
 result card (not the smoke scale's: those are skipped with a line on stderr) is copied into
 --folder/<label>-<scale>/: card.md, card.json and the figures card.md links, and its wall time into
@@ -54,7 +54,7 @@ def read_card(path: Path) -> dict:
 
 
 def read_walls(path: Path | None) -> dict[tuple[str, str], list[str]]:
-    """(design, scale) -> [seconds, date, clean|shared, note]; the last line of a pair wins. The note
+    """(card label, scale) -> [seconds, date, clean|shared, note]; the last line of a pair wins. The note
     (a sixth column, optional) says what shared the machine while the card ran ("" if nothing)."""
     out = {}
     if path is None or not path.is_file():
@@ -84,7 +84,7 @@ def index(folder: Path, walls: dict) -> str:
     rows = []
     for path in sorted(folder.glob("*/card.json")):
         card = read_card(path)
-        wall = walls.get((card["design_name"], card["scale"])) or walls.get((card["label"], card["scale"]))
+        wall = walls.get((card["label"], card["scale"]))
         time = "—" if not wall else f"{int(wall[0]) / 60:.1f} min ({wall[2]} store, {wall[1][:10]}" + \
             (f"; {wall[3]})" if wall[3] else ")")
         verdicts = "<br>".join(f"**{ln['verdict']}** {ln['text']}" for ln in card["headline"]["lines"])
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         new_walls = read_walls(walls_path)
         for src, card in keep:
             copy_card(src, args.folder / f"{card['label']}-{card['scale']}")
-            key = (card["design_name"], card["scale"])
+            key = (card["label"], card["scale"])  # pre-ln and pre-ln+norm-derf are two cards
             if key in new_walls:
                 walls[key] = new_walls[key]
         write_text(args.folder / "walls.tsv",

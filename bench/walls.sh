@@ -5,7 +5,8 @@
 # set, is a sixth column saying what else ran on the machine meanwhile (e.g. "beside a CI run").
 record_wall() {
   local out=$1 name=$2 start=$3 scale=$4 reused state=clean
-  reused=$(grep -o '[0-9]* already finished' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
+  # (grep finds nothing in the log of a card that failed before its sweep: that is 0, not an error)
+  reused=$( (grep -o '[0-9]* already finished' "$out/$name.log" || true) | awk '{s += $1} END {print s + 0}')
   if [ "$reused" -gt 0 ]; then state=shared; fi
   printf '%s\t%s\t%s\t%s\t%s%s\n' "$name" "$(($(date +%s) - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" "$state" \
     "${WALL_NOTE:+$'\t'$WALL_NOTE}" >> "$out/walls.tsv"

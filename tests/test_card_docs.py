@@ -12,14 +12,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import card_docs  # noqa: E402
 
 
-def _card(root: Path, label: str, scale: str = "cpu", result: bool = True) -> None:
+def _card(root: Path, label: str, scale: str = "cpu", result: bool = True, design: str | None = None) -> None:
     folder = root / "store" / "cards" / f"{label}-{scale}"
     (folder / "signal").mkdir(parents=True)
     (folder / "signal" / "a.png").write_bytes(b"png")
     (folder / "unlinked.png").write_bytes(b"png")
     (folder / "card.md").write_text(f"# {label}\n\n![a figure](signal/a.png)\n")
     (folder / "card.json").write_text(json.dumps({
-        "title": label, "label": label, "design_name": label, "scale": scale, "is_result": result,
+        "title": label, "label": label, "design_name": design or label, "scale": scale, "is_result": result,
         "baselines": ["pre-ln"], "headline": {"counts": {"better": 1}, "lines": [
             {"verdict": "better", "text": "vs pre-ln at 4 layers: -0.031 nats"}]}}))
 
@@ -62,3 +62,18 @@ def test_a_damaged_card_is_one_line_and_nothing_is_written(tmp_path, capsys):
     assert err.count("\n") == 1 and "bad-cpu/card.json: not a readable card" in err
     assert not docs.exists()
     assert card_docs.main([str(tmp_path / "nothing"), "--docs", str(docs / "x.md")]) == 2
+
+
+def test_two_cards_of_one_design_with_other_settings_keep_their_own_wall_times(tmp_path):
+    out, docs = tmp_path / "out", tmp_path / "docs"
+    _card(out, "pre-ln")
+    _card(out, "pre-ln+norm-derf", design="pre-ln")
+    (out / "walls.tsv").write_text("pre-ln\t600\t2026-12-06T10:00Z\tcpu\tshared\n"
+                                   "pre-ln+norm-derf\t1500\t2026-12-06T11:00Z\tcpu\tshared\n")
+    assert card_docs.main([str(out), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0
+    index = (docs / "cards.md").read_text()
+    assert "| [pre-ln](pre-ln-cpu/card.md) | pre-ln | cpu | **better** vs pre-ln at 4 layers: -0.031 nats | 10.0 min" in index
+    assert "| [pre-ln+norm-derf](pre-ln+norm-derf-cpu/card.md) | pre-ln | cpu | **better** vs pre-ln at 4 layers: " \
+        "-0.031 nats | 25.0 min" in index
+    assert (docs / "cards" / "walls.tsv").read_text().splitlines() == [
+        "pre-ln\t600\t2026-12-06T10:00Z\tcpu\tshared", "pre-ln+norm-derf\t1500\t2026-12-06T11:00Z\tcpu\tshared"]
