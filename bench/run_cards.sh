@@ -29,7 +29,7 @@ for card in "$@"; do
   reslab "${plugins[@]}" assess "${words[@]}" --scale "$scale" --store "$out/store" ${ARGS:-} \
     2> "$running.log" | tail -1 > "$running.path" || true
   # The label is the card folder's name less "-SCALE"; a card that failed before writing one is
-  # named by its argument, spaces and '=' spelled '_'.
+  # named by its argument, spaces, '=' and '/' spelled '_'.
   label=$(basename "$(cat "$running.path")")
   label=${label%-"$scale"}
   if [ -z "$label" ] || [ ! -d "$(cat "$running.path")" ]; then label=$(printf '%s' "$card" | tr ' =/' '___'); fi
