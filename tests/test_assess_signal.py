@@ -32,6 +32,16 @@ def test_reading_is_relative_to_the_baselines_measured_beside_it():
     assert reading(-0.1, -0.5, 0.0).startswith("like post-ln")
     assert "no reading" in reading(0.0, 0.05, 0.1)  # the baselines themselves do not differ
     assert reading(math.nan, -0.5, 0.0).startswith("not measured")
+    assert "exactly 0" in reading(math.nan, -0.5, 0.0, zero=True)
+
+
+def test_a_branch_scaled_by_zero_reads_as_a_zero_gradient_not_as_a_missing_weight():
+    # skipinit's a2 = 0 at init: dL/dW2 is exactly 0 although W2 exists; pre-ln's is not
+    models = {d: ModelConfig(design=d, n_embd=32, n_head=2, block_size=32) for d in ("skipinit", "pre-ln", "post-ln")}
+    summary = signal_summary({"default": probe_designs(models, (2, 4), seeds=1, mode="default")})
+    designs = summary["modes"]["default"]["designs"]
+    assert "exactly 0" in designs["skipinit"]["reading"]
+    assert "exactly 0" not in designs["pre-ln"]["reading"]
 
 
 def test_a_design_that_refuses_the_setting_is_named_not_dropped_silently():

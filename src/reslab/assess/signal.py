@@ -79,11 +79,15 @@ def probe_designs(models: dict[str, ModelConfig], depths, seeds: int = 3, mode: 
     return rows, skipped
 
 
-def reading(e: float | None, pre: float | None, post: float | None) -> str:
+def reading(e: float | None, pre: float | None, post: float | None, zero: bool = False) -> str:
     """Which side of Xiong et al.'s law an exponent of the last layer's gradient against depth falls
-    on: nearer the exponent measured for pre-ln or for post-ln beside it."""
+    on: nearer the exponent measured for pre-ln or for post-ln beside it. zero: the gradient was
+    exactly 0 at every depth (a branch scaled by 0 at init, as SkipInit's and ReZero's), so there is
+    no exponent to fit, although the design has the weight."""
     def ok(x):
         return x is not None and x == x
+    if zero:
+        return "no exponent: the gradient is exactly 0 at init at every depth (the MLP branch is scaled by 0)"
     if not ok(e):
         return "not measured (no MLP output projection to probe)"
     if not (ok(pre) and ok(post)):
@@ -94,6 +98,15 @@ def reading(e: float | None, pre: float | None, post: float | None) -> str:
     return (f"like {side}: exponent {e:+.2f} against pre-ln's {pre:+.2f} and post-ln's {post:+.2f}"
             + (" (the gradient near the output shrinks as the model deepens)" if side == "pre-ln" else
                " (the gradient near the output stays large as the model deepens: warmup territory)"))
+
+
+def _zero_gradient(rows: list[dict]) -> set[str]:
+    """The designs whose last-layer W2 gradient was exactly 0 in every probed model."""
+    values: dict[str, list[float]] = {}
+    for r in rows:
+        if r["kind"] == "model":
+            values.setdefault(r["design"], []).append(r["last_w2_grad_norm"])
+    return {d for d, vs in values.items() if all(v == 0 for v in vs)}
 
 
 def _slopes(rows: list[dict]) -> tuple[int, dict]:
@@ -118,8 +131,9 @@ def signal_summary(by_mode: dict[str, tuple[list[dict], dict]], own_inits: dict 
             continue
         deepest, slopes = _slopes(rows)
         pre, post = (slopes.get(n, {}).get("last_w2_grad~depth") for n in ("pre-ln", "post-ln"))
-        for v in slopes.values():
-            v["reading"] = reading(v["last_w2_grad~depth"], pre, post)
+        zero = _zero_gradient(rows)
+        for d, v in slopes.items():
+            v["reading"] = reading(v["last_w2_grad~depth"], pre, post, zero=d in zero)
         out["modes"][mode] = {"designs": slopes, "skipped": skipped, "deepest": deepest,
                               "seeds": len({r["seed"] for r in rows}),
                               "depths": sorted({r["depth"] for r in rows})}
