@@ -30,9 +30,10 @@ for card in "$@"; do
     2> "$running.log" | tail -1 > "$running.path" || true
   # The label is the card folder's name less "-SCALE"; a card that failed before writing one is
   # named by its argument, spaces, '=' and '/' spelled '_'.
-  label=$(basename "$(cat "$running.path")")
+  folder=$(cat "$running.path")
+  label=$(basename "$folder")
   label=${label%-"$scale"}
-  if [ -z "$label" ] || [ ! -d "$(cat "$running.path")" ]; then label=$(printf '%s' "$card" | tr ' =/' '___'); fi
+  if [ -z "$folder" ] || [ ! -d "$folder" ]; then label=$(printf '%s' "$card" | tr ' =/' '___'); fi
   mv "$running.log" "$out/$label.log"
   mv "$running.path" "$out/$label.path"
   record_wall "$out" "$label" "$start" "$scale"

@@ -152,13 +152,13 @@ def lr_section(report: dict, unigram: float | None) -> dict:
     out = {"axis": tuning.get("axis"), "values": tuning.get("values") or [], "rows": [], "sensitivity": {}}
     per_design: dict[str, list[float]] = {}
     for row in tuning.get("rows") or []:
-        curve = {float(e["value"]): e.get("mean") for e in row.get("values") or []}
+        entries = row.get("values") or []
+        curve = {float(e["value"]): e.get("mean") for e in entries}
         # why a rate has no loss: its tuning run diverged, failed or has not finished
-        why = {float(e["value"]): next((k for k in NO_LOSS if e.get(k)), None) for e in row.get("values") or []
-               if not _finite(e.get("mean"))}
+        no_loss = {float(e["value"]): why for e in entries
+                   if not _finite(e.get("mean")) and (why := next((k for k in NO_LOSS if e.get(k)), None))}
         out["rows"].append({"variant": row["variant"], "grid": row["grid"], "name": row["name"],
-                            "curve": curve, "no_loss": {v: k for v, k in why.items() if k},
-                            "chosen": row.get("chosen"), "edge": row.get("edge")})
+                            "curve": curve, "no_loss": no_loss, "chosen": row.get("chosen"), "edge": row.get("edge")})
         losses = [x if _finite(x) else math.inf for x in curve.values()]
         if losses and unigram is not None:
             per_design.setdefault(row["variant"], []).append(seed_sensitivity(losses, unigram))
