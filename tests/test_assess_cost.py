@@ -11,7 +11,9 @@ import math
 import pytest
 import torch
 
-from reslab.assess.cost import Trainee, measure_cost, round_order, saved_bytes, time_rounds, train_step
+from reslab.assess.cost import (Trainee, measure_cost, round_order, same_round_ratios, saved_bytes, time_rounds,
+                                train_step)
+from reslab.assess.render import _speed_ratio
 from reslab.config import ModelConfig
 from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
@@ -150,3 +152,29 @@ def test_bad_input_is_one_clear_line(models, baseline, kw, says):
         measure_cost(models, baseline, **{"batch_size": BATCH, "steps": 1, "rounds": 1, "warmup": 0, **kw})
     message = str(err.value)
     assert says in message and "\n" not in message, message
+
+
+def test_the_speed_ratio_is_taken_round_by_round():
+    # the machine slows 3x in round 2 for both models alike: round by round the design is twice as fast
+    # in every round, where the ratio of the overall medians would compare a slow round with a fast one
+    assert same_round_ratios([10.0, 30.0, 10.0], [5.0, 15.0, 5.0]) == [2.0, 2.0, 2.0]
+    assert same_round_ratios([10.0, 20.0], [20.0, 10.0]) == [0.5, 2.0]
+    with pytest.raises(ReslabError, match="3 baseline rounds against 2 of the design"):
+        same_round_ratios([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+def test_measure_cost_gives_one_speed_ratio_per_round_and_their_median():
+    card = measure({"pre-ln": tiny(), "L4": tiny(n_layer=4)}, rounds=3)
+    base, deep = card["rows"]["pre-ln"], card["rows"]["L4"]
+    assert base["tokens_per_s_by_round"] == [1.0, 1.0, 1.0]  # the baseline over itself, each round exactly
+    assert base["ratios"]["tokens_per_s_same_round"] == 1.0
+    assert len(deep["tokens_per_s_by_round"]) == 3 and all(r > 0 and math.isfinite(r) for r in deep["tokens_per_s_by_round"])
+    assert deep["ratios"]["tokens_per_s_same_round"] == sorted(deep["tokens_per_s_by_round"])[1]
+    assert "round by round" in card["method"]
+
+
+def test_the_card_shows_the_round_by_round_ratio_with_its_range():
+    row = {"ratios": {"tokens_per_s": 0.7, "tokens_per_s_same_round": 0.8}, "tokens_per_s_by_round": [0.78, 0.8, 0.912]}
+    assert _speed_ratio(row) == "0.800 (0.78–0.91)"
+    # a card written before rounds were paired keeps its ratio of overall medians
+    assert _speed_ratio({"ratios": {"tokens_per_s": 0.7}}) == "0.700"

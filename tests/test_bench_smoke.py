@@ -204,3 +204,21 @@ def test_bench_denormal_smoke(tmp_path):
     assert res["flush_s"] > 0 and res["keep_s"] > 0 and res["steps"] == 12
     assert res["ratio_keep_to_flush"] == pytest.approx(res["keep_s"] / res["flush_s"])
     assert res["same_losses"] is True  # 12 updates produce no subnormal: the same numbers either way
+
+
+def test_bench_cost_noise_smoke(tmp_path):
+    """The card's speed ratio measured repeatedly, A/A and A/B, both estimators from the same steps."""
+    out = tmp_path / "noise.json"
+    proc = _run("bench_cost_noise.py", "--smoke", "--threads", "1", "--json", str(out))
+    assert "smoke: not a result" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["smoke"] is True and res["repeats"] == 2 and set(res["pairs"]) == {"A/A pre-ln", "A/B keel"}
+    for per_plan in res["pairs"].values():
+        for by in per_plan.values():
+            for s in by.values():
+                assert len(s["values"]) == 2 and all(v > 0 for v in s["values"])
+                assert s["spread"] == pytest.approx(max(s["values"]) - min(s["values"]))
+                assert s["largest_off_1"] == pytest.approx(max(abs(v - 1) for v in s["values"]))
+    table = _run("bench_cost_noise.py", "--markdown", str(out)).stdout.splitlines()
+    assert table[0].startswith("| pair | timing |") and len(table) == 2 + 2  # a row per pair and plan
+    assert table[2].startswith("| A/A pre-ln | 2 rounds x 2 steps | ")

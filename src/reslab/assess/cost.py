@@ -10,6 +10,7 @@ card and the benches measure alike:
     forward_backward(model, x, y)     seconds of forward + loss + backward
     train_step(trainee, x, y)         one timed training step, as the training loop takes it
     round_order(items, r)             round r's order of an interleaved measurement
+    same_round_ratios(base, mine)     each round's baseline step over a design's step in that round
     time_rounds(trainees, x, y, ...)  interleaved, rotated timing of several models
 """
 
@@ -105,6 +106,16 @@ def round_order(items: Sequence, r: int) -> list:
     and a change of machine load hits every item alike."""
     k = r % len(items) if items else 0
     return list(items[k:]) + list(items[:k])
+
+
+def same_round_ratios(base_round_ms: Sequence[float], round_ms: Sequence[float]) -> list[float]:
+    """Each round's speed ratio, the baseline's median step over the design's in the same round (> 1:
+    the design is faster). Both terms of a round's ratio were timed minutes apart at most, so a slow
+    spell of a shared machine scales both alike, where a ratio of medians over all rounds takes one
+    term from a slow spell and the other from a fast one."""
+    if len(base_round_ms) != len(round_ms):
+        _fail(f"{len(base_round_ms)} baseline rounds against {len(round_ms)} of the design")
+    return [b / d for b, d in zip(base_round_ms, round_ms)]
 
 
 def time_rounds(trainees: Sequence[Trainee], x: torch.Tensor, y: torch.Tensor, *, steps: int, rounds: int,
@@ -204,8 +215,11 @@ METHOD = (
     "are timed interleaved, {rounds} round(s) of {steps} step(s) each with the order rotated every round, "
     "after {warmup} untimed warm-up step(s), all on one fixed random batch of {batch} x {block} tokens; "
     "step ms is the median of the {timed} timed steps and tokens/s is {tokens} tokens over it.{peak} "
-    "Each ratio is the design's figure over {baseline}'s from the same run; speed ratios carry the "
-    "noise of a shared machine, parameter and memory ratios are exact."
+    "Each ratio is the design's figure over {baseline}'s from the same run, except the speed ratio: "
+    "it is taken round by round ({baseline}'s median step over the design's in the same round), and the "
+    "card gives the median over the rounds with the lowest and highest round in brackets, so a slow "
+    "spell of a shared machine that falls on one round cannot decide it. Parameter and memory ratios "
+    "are exact; a speed ratio whose bracket spans 1 does not say which is faster."
 )
 PEAK = (" Peak: torch.cuda.max_memory_allocated over one more training step, less what was allocated "
         "before it (every model and optimizer state of the run stays resident).")
@@ -241,12 +255,15 @@ def measure_cost(models: Mapping[str, Mapping | ModelConfig], baseline: str, *, 
             rows[label].update(step_ms=1e3 * step_s, tokens_per_s=batch_size * block / step_s)
             if device.startswith("cuda"):
                 rows[label]["peak_bytes"] = peak_step_bytes(t, x, y)
+        for label, t in trainees.items():
+            rows[label]["tokens_per_s_by_round"] = same_round_ratios(trainees[baseline].round_medians, t.round_medians)
         used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads_before)
     base = rows[baseline]
     for row in rows.values():
         row["ratios"] = {k: row[k] / base[k] for k in RATIOS if k in row}
+        row["ratios"]["tokens_per_s_same_round"] = statistics.median(row["tokens_per_s_by_round"])
     method = METHOD.format(device=device, threads=used_threads, rounds=rounds, steps=steps, warmup=warmup,
                            batch=batch_size, block=block, timed=rounds * steps, tokens=batch_size * block,
                            peak=PEAK if device.startswith("cuda") else "", baseline=baseline)

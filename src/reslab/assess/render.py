@@ -129,6 +129,16 @@ def _depth_blocks(card: dict) -> list[tuple]:
             ("table", ["design"] + heads, rows, "lrrrr")]
 
 
+def _speed_ratio(row: dict) -> str:
+    """The round-by-round speed ratio's median with its lowest and highest round; a card written before
+    rounds were paired has only the ratio of the overall medians."""
+    by_round = row.get("tokens_per_s_by_round")
+    if not by_round:
+        return _f((row.get("ratios") or {}).get("tokens_per_s"), "{:.3f}")
+    mid = (row.get("ratios") or {}).get("tokens_per_s_same_round")
+    return f"{_f(mid, '{:.3f}')} ({min(by_round):.2f}–{max(by_round):.2f})"
+
+
 def _cost_blocks(card: dict) -> list[tuple]:
     b = [("h2", "6. Cost")]
     for depth, c in (card.get("cost") or {}).items():
@@ -140,7 +150,7 @@ def _cost_blocks(card: dict) -> list[tuple]:
             rows.append([label, f"{r.get('params'):,}" if isinstance(r.get("params"), int) else DASH,
                          _f(ratio.get("params"), "{:.3f}"),
                          _f((r.get("saved_bytes") or 0) / 2 ** 20, "{:.2f}"), _f(ratio.get("saved_bytes"), "{:.3f}"),
-                         _f(r.get("tokens_per_s"), "{:,.0f}"), _f(ratio.get("tokens_per_s"), "{:.3f}")])
+                         _f(r.get("tokens_per_s"), "{:,.0f}"), _speed_ratio(r)])
         b += [("p", f"{depth[1:]} layers, batch {c.get('batch_size')} × {c.get('block_size')} tokens, "
                     f"{c.get('threads')} thread(s), {c.get('device', 'cpu')}; ratios to {c['baseline']} from the same run."),
               ("table", ["design", "params", "× params", "saved MiB", "× memory", "tokens/s", "× tokens/s"], rows,
