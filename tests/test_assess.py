@@ -86,6 +86,32 @@ def test_bad_requests_are_one_line(req, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("overrides, ladder, message", [
+    ({"model": {"n_layer": 8}}, False, "--set model.n_layer: the card sets it itself (its depth axis: L4 4, L16 16)"),
+    ({"optim": {"lr": 0.01}}, False, "--set optim.lr: the card sets it itself (it tunes it for every row)"),
+    ({"optim": {"warmup_steps": 10}}, False, "--set optim.warmup_steps: the card sets it itself (its warmup axis"),
+    ({"train": {"steps": 10}}, False, "--set train.steps: every row of a card keeps the regime's budget"),
+    ({"data": {"dataset": "x"}}, False, "--set data.dataset: every row of a card keeps the regime's data"),
+    ({"model": {"n_embd": 128}}, True, "--set model.n_embd: the card sets it itself (its rung axis: w64 64, w128"),
+    # pre-ln with a setting it already has is pre-ln: the card would compare it with its own baseline
+    ({"model": {"norm": "layernorm"}}, False, "--set model.norm=layernorm: pre-ln already has these settings"),
+])
+def test_a_setting_the_card_cannot_honour_is_one_line(overrides, ladder, message):
+    with pytest.raises(ReslabError) as e:
+        card_specs(CardRequest("pre-ln", overrides=overrides, ladder=ladder))
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_setting_the_ladder_sets_leaves_the_card_and_says_why_it_cannot_climb(tmp_path):
+    from reslab.assess.run import card_plan
+    from reslab.sweep.store import Store
+
+    req = CardRequest("pre-ln", overrides={"model": {"n_embd": 128}})
+    assert len(card_specs(req)) == 1  # 4 and 16 layers at width 128: the card can run
+    text = card_plan(req, Store(tmp_path / "store")).text(req, 2)
+    assert "not with these settings: --set model.n_embd: the card sets it itself" in "\n".join(text)
+
+
 # ---- verdicts --------------------------------------------------------------------------------------
 def _claim(verdict, **kw):
     return {"verdict": verdict, "estimate": kw.get("estimate", -0.05), "ci_low": -0.07, "ci_high": -0.03,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from ..errors import ReslabError
 from ..fileio import read_toml
 from ..spec.load import parse_spec
+from ..spec.expand import IdenticalRunsError
 from ..spec.schema import NAME_RE, SweepSpec
 from ..studies import study_path
 
@@ -260,8 +261,61 @@ def card_specs(req: CardRequest) -> list[SweepSpec]:
             raise ReslabError(f"--scale {req.scale}: the card's {data['name']} sweep has no such scale "
                               f"(it has {', '.join(data.get('scales', {}))})")
         _only_scale(data, req.scale)
-        out.append(_seeded(parse_spec(data, where=data["name"]), req))
+        check_settings(req, data)
+        try:
+            out.append(_seeded(parse_spec(data, where=data["name"]), req))
+        except IdenticalRunsError:
+            if not (req.overrides and req.design in req.baselines):
+                raise
+            settings = " ".join(f"{'.'.join(p)}={v}" for p, v in _leaves(req.overrides))
+            raise ReslabError(f"--set {settings}: {req.design} already has these settings, so the card would "
+                              f"compare {req.design} with itself; set something that changes it") from None
     return out
+
+
+# A card compares designs in one regime: its budget, data and evaluation are the regime's for every
+# row, so a --set of these tables would compare the design on other terms than its baselines.
+REGIME_TABLES = {"train": "budget, batches and evaluation", "data": "data"}
+
+
+def _card_sets(data: dict, scale: str) -> dict[str, str]:
+    """Dotted setting -> which of the card's axes sets it for every run of `data` (a card's spec, one
+    scale left), so that a --set of it would be overwritten or collapse the axis."""
+    owned = {}
+    grid = dict((data.get("scale_grid") or {}).get(scale, data.get("grid") or {}))
+    ladder = data.get("ladder") or {}
+    if ladder.get("rungs"):  # the rungs this scale climbs, as the spec's ladder chooses them
+        names = (ladder.get("scale_rungs") or {}).get(scale, list(ladder["rungs"]))
+        grid["rung"] = {n: ladder["rungs"][n] for n in names}
+    for axis, values in grid.items():
+        if isinstance(values, list):
+            owned[axis] = f"its grid axis {axis}"
+            continue
+        by_path: dict[str, list[str]] = {}
+        for point, table in values.items():
+            for path, value in _leaves(table):
+                by_path.setdefault(".".join(path), []).append(f"{point} {value!r}")
+        for key, points in by_path.items():
+            owned.setdefault(key, f"its {axis} axis: {', '.join(points)}")
+    tune = data.get("tune") or {}
+    if tune.get("axis"):
+        owned[tune["axis"]] = "it tunes it for every row"
+    return owned
+
+
+def check_settings(req: CardRequest, data: dict) -> None:
+    """A --set the card can honour: not one its axes or tuning set for every run, and not the regime's
+    budget or data (the design is compared on the same terms as its baselines)."""
+    owned = _card_sets(data, req.scale)
+    for path, _ in _leaves(req.overrides):
+        key = ".".join(path)
+        if key in owned:
+            raise ReslabError(f"--set {key}: the card sets it itself ({owned[key]}); set what belongs to the "
+                              "design (model.norm, model.options.*, optim.weight_decay)")
+        if path[0] in REGIME_TABLES:
+            raise ReslabError(f"--set {key}: every row of a card keeps the regime's {REGIME_TABLES[path[0]]}, "
+                              "so the design is compared on the same terms as its baselines; set what belongs "
+                              "to the design (model.*, optim.*)")
 
 
 def _only_scale(data: dict, scale: str) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ModelConfig
+from ..errors import ReslabError
 from ..spec.schema import SweepSpec, is_result_scale
 from ..spec.tune_plan import all_planned, most_extension_runs, tuning_runs
 from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs
@@ -68,8 +69,12 @@ class CardPlan:
 
     @staticmethod
     def _ladder_cost(req: CardRequest, jobs: int) -> str:
-        """What --ladder would add, from the ladder study's own estimate (every run counted)."""
-        ladder = card_specs(dataclasses.replace(req, ladder=True))[1]
+        """What --ladder would add, from the ladder study's own estimate (every run counted), or why
+        these settings cannot climb it (a --set of what the rungs set, such as model.n_embd)."""
+        try:
+            ladder = card_specs(dataclasses.replace(req, ladder=True))[1]
+        except ReslabError as e:
+            return f"; not with these settings: {e}"
         est = ladder.study.estimates.get(req.scale) if ladder.study else None
         if est is None or est.cpu_minutes is None:
             return ""

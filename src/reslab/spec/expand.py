@@ -22,6 +22,11 @@ from .schema import SweepSpec
 from .tune import all_tuning_seeds
 
 
+class IdenticalRunsError(ConfigError):
+    """Two variants of a spec resolve to the same runs (a caller that made one of them, such as a
+    design card, can say why in its own terms)."""
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One run of a sweep: where it sits in the spec, its config and its identity."""
@@ -172,6 +177,6 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
     ids = [r.id for r in runs]
     if len(set(ids)) != len(ids):  # two variants that resolve to the same config
         dupes = sorted({r.label for r in runs if ids.count(r.id) > 1})
-        raise ConfigError(f"{where}: variants resolve to identical runs ({', '.join(dupes[:4])}); "
+        raise IdenticalRunsError(f"{where}: variants resolve to identical runs ({', '.join(dupes[:4])}); "
                           "give each variant a different override")
     return runs
