@@ -178,5 +178,5 @@ def expand(spec: SweepSpec, scales: list[str] | None = None, where: str = "spec"
     if len(set(ids)) != len(ids):  # two variants that resolve to the same config
         dupes = sorted({r.label for r in runs if ids.count(r.id) > 1})
         raise IdenticalRunsError(f"{where}: variants resolve to identical runs ({', '.join(dupes[:4])}); "
-                          "give each variant a different override")
+                                 "give each variant a different override")
     return runs
