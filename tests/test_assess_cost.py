@@ -173,8 +173,18 @@ def test_measure_cost_gives_one_speed_ratio_per_round_and_their_median():
     assert "round by round" in card["method"]
 
 
-def test_the_card_shows_the_round_by_round_ratio_with_its_range():
-    row = {"ratios": {"tokens_per_s": 0.7, "tokens_per_s_same_round": 0.8}, "tokens_per_s_by_round": [0.78, 0.8, 0.912]}
-    assert _speed_ratio(row) == "0.800 (0.78–0.91)"
+def test_the_card_shows_the_round_by_round_ratio_with_its_interval():
+    row = {"ratios": {"tokens_per_s": 0.7, "tokens_per_s_same_round": 0.8}, "tokens_per_s_by_round": [0.78, 0.8, 0.912],
+           "tokens_per_s_interval": [0.781, 0.876]}
+    assert _speed_ratio(row) == "0.800 [0.78, 0.88]"
+    assert _speed_ratio({**row, "tokens_per_s_interval": None}) == "0.800"  # too few rounds for an interval
     # a card written before rounds were paired keeps its ratio of overall medians
     assert _speed_ratio({"ratios": {"tokens_per_s": 0.7}}) == "0.700"
+
+
+def test_the_speed_ratios_interval_comes_from_the_rounds():
+    card = measure({"pre-ln": tiny(), "L4": tiny(n_layer=4)}, rounds=6)
+    assert card["rows"]["pre-ln"]["tokens_per_s_interval"] == [1.0, 1.0]
+    deep = card["rows"]["L4"]
+    assert deep["tokens_per_s_interval"] == [min(deep["tokens_per_s_by_round"]), max(deep["tokens_per_s_by_round"])]
+    assert measure({"pre-ln": tiny()}, rounds=5)["rows"]["pre-ln"]["tokens_per_s_interval"] is None

@@ -16,6 +16,7 @@ from reslab.report.stats import (
     compare,
     holm,
     is_collapsed,
+    median_interval,
     perplexity,
     summarize,
     t_interval,
@@ -286,3 +287,25 @@ def test_two_pairs_give_a_paired_test_but_no_effect_size():
     assert r["test"] == "paired" and r["t"] == pytest.approx(t, rel=1e-9)
     assert r["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(t), 1), rel=1e-9)
     assert r["hedges_g"] is None and "3 seed pairs" in r["note"]
+
+
+# ---------------------------------------------------------------------------------- median_interval
+def _coverage(n: int, k: int) -> float:
+    """P(X_(k) <= median <= X_(n+1-k)) by counting: 1 - 2 sum_{i<k} C(n, i) / 2^n."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+
+@pytest.mark.parametrize("n, level, k", [(11, 0.95, 2), (11, 0.90, 3), (17, 0.95, 5), (6, 0.95, 1), (40, 0.99, 12)])
+def test_median_interval_takes_the_order_statistics_of_the_wanted_coverage(n, level, k):
+    assert _coverage(n, k) >= level > _coverage(n, k + 1)  # k by hand: the largest that still covers
+    values = [float(v) for v in np.random.default_rng(n).permutation(np.arange(10, 10 + n))]
+    assert median_interval(values, level) == (10.0 + k - 1, 10.0 + n - k)
+
+
+def test_median_interval_is_none_with_too_few_values_and_refuses_bad_input():
+    assert _coverage(5, 1) < 0.95 and median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert median_interval([]) is None
+    with pytest.raises(ValueError, match="non-finite"):
+        median_interval([1.0, float("nan")] * 4)
+    with pytest.raises(ValueError, match="level"):
+        median_interval([1.0] * 8, level=1.0)

@@ -28,6 +28,7 @@ import torch
 from ..errors import ConfigError, ReslabError
 from ..model.config import ModelConfig
 from ..model.gpt import GPT
+from ..report.stats import median_interval
 
 LR = 1e-3  # AdamW's rate while timing: a step's cost does not depend on it
 RATIOS = ("params", "saved_bytes", "tokens_per_s", "peak_bytes")  # peak_bytes: CUDA only
@@ -217,9 +218,10 @@ METHOD = (
     "step ms is the median of the {timed} timed steps and tokens/s is {tokens} tokens over it.{peak} "
     "Each ratio is the design's figure over {baseline}'s from the same run, except the speed ratio: "
     "it is taken round by round ({baseline}'s median step over the design's in the same round), and the "
-    "card gives the median over the rounds with the lowest and highest round in brackets, so a slow "
-    "spell of a shared machine that falls on one round cannot decide it. Parameter and memory ratios "
-    "are exact; a speed ratio whose bracket spans 1 does not say which is faster."
+    "card gives the median over the rounds with, in brackets, a distribution-free 95% interval for it "
+    "(order statistics of the rounds' ratios; none with fewer than 6 rounds), so a slow spell of a "
+    "shared machine that falls on one round cannot decide it. Parameter and memory ratios are exact; "
+    "a speed ratio whose interval spans 1 does not say which is faster."
 )
 PEAK = (" Peak: torch.cuda.max_memory_allocated over one more training step, less what was allocated "
         "before it (every model and optimizer state of the run stays resident).")
@@ -264,6 +266,8 @@ def measure_cost(models: Mapping[str, Mapping | ModelConfig], baseline: str, *, 
     for row in rows.values():
         row["ratios"] = {k: row[k] / base[k] for k in RATIOS if k in row}
         row["ratios"]["tokens_per_s_same_round"] = statistics.median(row["tokens_per_s_by_round"])
+        interval = median_interval(row["tokens_per_s_by_round"])
+        row["tokens_per_s_interval"] = list(interval) if interval else None
     method = METHOD.format(device=device, threads=used_threads, rounds=rounds, steps=steps, warmup=warmup,
                            batch=batch_size, block=block, timed=rounds * steps, tokens=batch_size * block,
                            peak=PEAK if device.startswith("cuda") else "", baseline=baseline)

@@ -130,13 +130,13 @@ def _depth_blocks(card: dict) -> list[tuple]:
 
 
 def _speed_ratio(row: dict) -> str:
-    """The round-by-round speed ratio's median with its lowest and highest round; a card written before
-    rounds were paired has only the ratio of the overall medians."""
-    by_round = row.get("tokens_per_s_by_round")
-    if not by_round:
+    """The round-by-round speed ratio's median with its 95% interval; a card written before rounds
+    were paired has only the ratio of the overall medians."""
+    if not row.get("tokens_per_s_by_round"):
         return _f((row.get("ratios") or {}).get("tokens_per_s"), "{:.3f}")
-    mid = (row.get("ratios") or {}).get("tokens_per_s_same_round")
-    return f"{_f(mid, '{:.3f}')} ({min(by_round):.2f}–{max(by_round):.2f})"
+    mid = _f((row.get("ratios") or {}).get("tokens_per_s_same_round"), "{:.3f}")
+    interval = row.get("tokens_per_s_interval")
+    return f"{mid} [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else mid
 
 
 def _cost_blocks(card: dict) -> list[tuple]:

@@ -32,6 +32,7 @@ __all__ = [
     "holm",
     "is_collapsed",
     "is_result",
+    "median_interval",
     "perplexity",
     "summarize",
     "t_interval",
@@ -85,6 +86,22 @@ def t_interval(mean: float, std: float, n: int, level: float = 0.95) -> tuple[fl
     q = float(scipy.stats.t.ppf((1.0 + level) / 2.0, n - 1))
     half = q * float(std) / math.sqrt(n)
     return float(mean) - half, float(mean) + half
+
+
+def median_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free two-sided interval for a median: order statistics k and n + 1 - k of the
+    sorted values, with k the largest for which the coverage 1 - 2 P(Binomial(n, 1/2) <= k - 1) is at
+    least `level` (n = 11 at 0.95: the 2nd and 10th, coverage 0.988). It assumes only independent
+    draws, no shape, so a heavy tail (a stall of the machine) moves it no more than one value. None
+    where n is too small for any k (n <= 5 at 0.95)."""
+    xs = sorted(_finite_floats(values, "median_interval"))
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"median_interval level must be in (0, 1), got {level}")
+    n, best = len(xs), 0
+    for k in range(1, n // 2 + 1):
+        if 1.0 - 2.0 * float(scipy.stats.binom.cdf(k - 1, n, 0.5)) >= level:
+            best = k
+    return (xs[best - 1], xs[n - best]) if best else None
 
 
 def summarize(values: list[float]) -> dict:
