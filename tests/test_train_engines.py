@@ -39,15 +39,26 @@ def _jsonable(c: dict) -> dict:
     return {key: {str(step): value for step, value in rows.items()} for key, rows in c.items()}
 
 
+def _golden_diffs(got: dict, want: dict) -> list:
+    """(curve, step, got, want) wherever jsonable curves `got` miss the golden `want`: exact on the
+    arithmetic that recorded the file, to float32 rounding on another (_same); a missing or extra step
+    counts as a difference."""
+    out = []
+    for key in _KEYS:
+        if list(got[key]) != list(want[key]):
+            out.append((key, "steps", list(got[key]), list(want[key])))
+            continue
+        out += [(key, step, got[key][step], want[key][step]) for step in want[key]
+                if not _same(got[key][step], want[key][step])]
+    return out
+
+
 @pytest.mark.parametrize("name", list(SINGLE))
 def test_single_run_reproduces_its_golden_numbers_bit_for_bit(tmp_path, name):
     got, want = _jsonable(run_single(tmp_path, name)), GOLD["single"][name]
     assert want["overrides"] == SINGLE[name] and want["interrupt_after"] == INTERRUPT_AFTER.get(name)
-    for key in _KEYS:
-        assert list(got[key]) == list(want[key]), (name, key)
-        diffs = [(step, got[key][step], want[key][step]) for step in want[key]
-                 if not _same(got[key][step], want[key][step])]  # exact: the same arithmetic in the same order
-        assert not diffs, (name, key, diffs[:3])
+    diffs = _golden_diffs(got, want)  # exact: the same arithmetic in the same order
+    assert not diffs, (name, diffs[:3])
 
 
 def test_stacked_seeds_match_their_golden_separate_runs(tmp_path):
@@ -158,4 +169,6 @@ def test_checkpoints_follow_checkpoint_interval_not_the_evaluations(tmp_path, mo
     loop.train_stacked(cfgs, [tmp_path / "s1", tmp_path / "s2"], log=lambda *_: None)
     assert saved["single"] == [7, 14, 21, 28, 30]
     assert saved["stacked"] == [s for s in (7, 14, 21, 28, 30) for _ in range(2)]
-    assert _jsonable(curves(tmp_path / "single")) == {k: GOLD["single"]["plain"][k] for k in _KEYS}
+    # the golden numbers, exactly where the file was recorded on this arithmetic (an AVX-512 CPU rounds
+    # some float32 sums otherwise than an AVX2 one: the 7th digit of a loss moves)
+    assert not _golden_diffs(_jsonable(curves(tmp_path / "single")), GOLD["single"]["plain"])
