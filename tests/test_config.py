@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from reslab import ConfigError, ModelConfig, resolve
+from reslab.errors import ReslabError
 from reslab.cli import main
 from reslab.config_sources import parse_set
 
@@ -84,6 +85,32 @@ def test_resolved_config_round_trips_through_json():
 def test_parse_set_reads_toml_values_and_bare_strings():
     assert parse_set(["model.n_layer=12", "model.design=post-ln", "model.bias=false", "model.dropout=0.1"]) == \
         {"model": {"n_layer": 12, "design": "post-ln", "bias": False, "dropout": 0.1}}
+
+
+@pytest.mark.parametrize("items, message", [
+    (["model.norm=derf", "model.norm=dyt"], "--set 'model.norm=dyt': 'model.norm=derf' already sets model.norm"),
+    (["model.n_layer=2", "model=1"], "--set 'model=1': 'model.n_layer=2' already sets model.n_layer"),
+    (["model=1", "model.n_layer=2"], "--set 'model.n_layer=2': 'model=1' already sets model"),
+    ([" model.bias=true", "model.bias =false"], "--set 'model.bias =false': ' model.bias=true' already sets model.bias"),
+])
+def test_parse_set_refuses_a_setting_given_twice(items, message):
+    # Last-wins would train one value under a label naming the other, or drop a typo'd setting unseen.
+    with pytest.raises(ReslabError) as err:
+        parse_set(items)
+    assert str(err.value) == message + "; give each setting once"
+
+
+def test_parse_set_keeps_neighbours_that_share_a_prefix_of_letters():
+    # optim.lr and optim.lr_min share letters, not a table: both are kept.
+    assert parse_set(["optim.lr=0.1", "optim.lr_min=0.01", "model.norm=rms"]) == \
+        {"optim": {"lr": 0.1, "lr_min": 0.01}, "model": {"norm": "rms"}}
+
+
+def test_cli_setting_given_twice_is_one_line_and_exit_2(capsys):
+    assert main(["model", "--set", "model.norm=derf", "--set", "model.norm=dyt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["reslab: error: --set 'model.norm=dyt': 'model.norm=derf' already sets model.norm; "
+                   "give each setting once"]
 
 
 def test_cli_bad_config_prints_one_line_and_exits_2(capsys):

@@ -15,22 +15,28 @@ from .typed import deep_merge
 
 
 def parse_set(items: list[str]) -> dict:
-    """--set a.b=value pairs as a nested dict; values are TOML literals, else plain strings."""
+    """--set a.b=value pairs as a nested dict; values are TOML literals, else plain strings. A setting
+    given twice is refused rather than the last one winning: a run whose label names one value and
+    whose config holds another, or a typo that silently drops a setting, is worse than one line."""
     out: dict = {}
+    given: dict[str, str] = {}  # dotted key -> the item that set it
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ReslabError(f"--set {item!r}: expected key=value, e.g. --set model.n_layer=12")
+        dotted = key.strip()
+        for other, earlier in given.items():
+            if other == dotted or other.startswith(dotted + ".") or dotted.startswith(other + "."):
+                raise ReslabError(f"--set {item!r}: {earlier!r} already sets {other}; give each setting once")
+        given[dotted] = item
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw
         node = out
         parts = key.strip().split(".")
-        for part in parts[:-1]:
+        for part in parts[:-1]:  # a table here, never a value: a key and one inside it are refused above
             node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ReslabError(f"--set {item!r}: {part} is a value, not a table")
         node[parts[-1]] = value
     return out
 
