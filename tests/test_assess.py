@@ -112,6 +112,21 @@ def test_a_setting_the_ladder_sets_leaves_the_card_and_says_why_it_cannot_climb(
     assert "not with these settings: --set model.n_embd: the card sets it itself" in "\n".join(text)
 
 
+@pytest.mark.parametrize("seeds, scale, warned", [
+    (1, "cpu", True), (2, "cpu", True), (3, "cpu", False), (None, "cpu", False), (1, "smoke", False)])
+def test_the_plan_says_when_too_few_seeds_leave_the_card_without_verdicts(tmp_path, seeds, scale, warned):
+    # A card of 1 or 2 seeds trains for most of an hour and can rule on nothing (claims need n >= 3):
+    # the plan says so before anything trains. Smoke cards are never results, so they are not warned.
+    from reslab.assess.run import card_plan
+    from reslab.sweep.store import Store
+
+    req = CardRequest("pre-ln", scale=scale, seeds=seeds)
+    lines = [t for t in card_plan(req, Store(tmp_path / "store")).text(req, 2) if t.startswith("  seeds:")]
+    expected = [f"  seeds: {seeds} per row; a verdict needs at least 3, so this card will show losses and rule "
+                "on nothing (leave --seeds out, or give --seeds 3 or more)"]
+    assert lines == (expected if warned else [])
+
+
 # ---- verdicts --------------------------------------------------------------------------------------
 def _claim(verdict, **kw):
     return {"verdict": verdict, "estimate": kw.get("estimate", -0.05), "ci_low": -0.07, "ci_high": -0.03,

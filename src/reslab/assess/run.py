@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..errors import ReslabError
+from ..report.claims import MIN_N
 from ..spec.schema import SweepSpec, is_result_scale
 from ..spec.tune_plan import all_planned, most_extension_runs, tuning_runs
 from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs
@@ -58,6 +59,10 @@ class CardPlan:
                 if line.extension else ""
             out.append(f"  sweep {line.name}: {line.tuning} tuning + {line.later or line.runs - line.tuning} "
                        f"comparison runs{more}; {line.finished} already in the store; {cost}")
+        seeds = self._seeds()
+        if seeds < MIN_N and is_result_scale(req.scale):
+            out.append(f"  seeds: {seeds} per row; a verdict needs at least {MIN_N}, so this card will show "
+                       f"losses and rule on nothing (leave --seeds out, or give --seeds {MIN_N} or more)")
         if not any(s.ladder for s in self.specs):
             out.append(f"  ladder: not climbed (add --ladder: the width ladder of hyper-connections-ladder"
                        f"{self._ladder_cost(req, jobs)})")
@@ -81,6 +86,10 @@ class CardPlan:
         runs, later = all_planned(ladder, [req.scale])
         minutes = est.cpu_minutes / est.runs * est.jobs / jobs * (len(runs) + later)
         return f", {len(runs) + later} runs, about {minutes:.0f} min more on a 2-core CPU"
+
+    def _seeds(self) -> int:
+        """The comparison seeds of the card's sweep with the fewest (each row's units for the tests)."""
+        return min(len(spec.seeds) for spec in self.specs)
 
     @staticmethod
     def _probe_depths(req: CardRequest) -> tuple:
