@@ -9,7 +9,8 @@ result card (not the smoke scale's: those are skipped with a line on stderr) is 
 --folder/<label>-<scale>/: card.md, card.json and the figures card.md links, and its wall time into
 --folder/walls.tsv. The index --docs is then written from everything in --folder, so a later run
 from a store that holds some cards only keeps the others: one row per card with its design, its
-baselines, its verdict lines, its wall time (and whether the store was clean), its date and link.
+baselines, its verdict lines, its wall time (and whether the store was clean), its date and link;
+and under the table, which of reslab's built-in designs have no card of their own yet.
 
 A problem with the input (no cards/ folder, a card.json that is not a card) is one line on stderr,
 exit status 2, nothing written.
@@ -80,10 +81,20 @@ def copy_card(src: Path, dest: Path) -> None:
             shutil.copyfile(src / name, target)
 
 
+def builtin_designs() -> list[str]:
+    """reslab's own designs (a plugin's are not reslab's to card), in the zoo's order."""
+    import reslab.model.zoo  # noqa: F401  (registers the built-in designs)
+    from reslab.model.registry import DESIGNS
+
+    return [name for name, d in DESIGNS.items() if d.plugin is None]
+
+
 def index(folder: Path, walls: dict) -> str:
-    rows = []
+    rows, carded = [], set()
     for path in sorted(folder.glob("*/card.json")):
         card = read_card(path)
+        if card["label"] == card["design_name"]:  # the design's own card, not one with other settings
+            carded.add(card["design_name"])
         wall = walls.get((card["label"], card["scale"]))
         time = "—" if not wall else f"{int(wall[0]) / 60:.1f} min ({wall[2]} store, {wall[1][:10]}" + \
             (f"; {wall[3]})" if wall[3] else ")")
@@ -96,7 +107,18 @@ def index(folder: Path, walls: dict) -> str:
         "measures and how the verdicts are decided). Time: the card's wall time on a 2-core CPU; a "
         "\"shared\" store already held some of its runs (another card's baselines or a study's), so its "
         "time is less than a clean store's.", "",
-        "| design | against | scale | verdicts | time |", "|:---|:---|:---|:---|:---|", *rows, ""])
+        "| design | against | scale | verdicts | time |", "|:---|:---|:---|:---|:---|", *rows, "",
+        missing_line(carded), ""])
+
+
+def missing_line(carded: set[str]) -> str:
+    """Which of reslab's own designs have no card of their own here yet, so the table's gaps are said."""
+    names = builtin_designs()
+    missing = [n for n in names if n not in carded]
+    if not missing:
+        return f"Every one of reslab's {len(names)} built-in designs has a card of its own."
+    return (f"Built-in designs without a card of their own yet ({len(missing)} of {len(names)}): "
+            f"{', '.join(missing)}.")
 
 
 def main(argv=None) -> int:

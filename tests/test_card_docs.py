@@ -77,3 +77,19 @@ def test_two_cards_of_one_design_with_other_settings_keep_their_own_wall_times(t
         "-0.031 nats | 25.0 min" in index
     assert (docs / "cards" / "walls.tsv").read_text().splitlines() == [
         "pre-ln\t600\t2026-12-06T10:00Z\tcpu\tshared", "pre-ln+norm-derf\t1500\t2026-12-06T11:00Z\tcpu\tshared"]
+
+
+def test_the_index_names_the_built_in_designs_without_a_card_of_their_own(tmp_path):
+    out, docs = tmp_path / "out", tmp_path / "docs"
+    _card(out, "sas")
+    _card(out, "pre-ln+norm-derf", design="pre-ln")  # another setting's card: pre-ln has none of its own
+    _card(out, "mix-pre-post")                       # a plugin's card is listed but is not a built-in's
+    assert card_docs.main([str(out), "--docs", str(docs / "cards.md"), "--folder", str(docs / "cards")]) == 0
+    names = card_docs.builtin_designs()
+    assert {"pre-ln", "sas", "altup"} <= set(names) and "mix-pre-post" not in names
+    missing = [n for n in names if n != "sas"]
+    assert (docs / "cards.md").read_text().splitlines()[-1] == \
+        f"Built-in designs without a card of their own yet ({len(missing)} of {len(names)}): {', '.join(missing)}."
+    everyone = {n: True for n in names}
+    assert card_docs.missing_line(set(everyone)) == \
+        f"Every one of reslab's {len(names)} built-in designs has a card of its own."
