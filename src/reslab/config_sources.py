@@ -16,8 +16,9 @@ from .typed import deep_merge
 
 def parse_set(items: list[str]) -> dict:
     """--set a.b=value pairs as a nested dict; values are TOML literals, else plain strings. A setting
-    given twice is refused rather than the last one winning: a run whose label names one value and
-    whose config holds another, or a typo that silently drops a setting, is worse than one line."""
+    given twice is refused rather than the last one winning: last-wins drops the earlier value without a
+    word (a command line pasted onto another, or a typo for a neighbouring key), and one line costs less
+    than a run trained on the value the user did not mean."""
     out: dict = {}
     given: dict[str, str] = {}  # dotted key -> the item that set it
     for item in items:
