@@ -94,7 +94,7 @@ def test_parse_set_reads_toml_values_and_bare_strings():
     ([" model.bias=true", "model.bias =false"], "--set 'model.bias =false': ' model.bias=true' already sets model.bias"),
 ])
 def test_parse_set_refuses_a_setting_given_twice(items, message):
-    # Last-wins would train one value under a label naming the other, or drop a typo'd setting unseen.
+    # Last-wins would drop the earlier value without a word (a pasted command line, a typo'd key).
     with pytest.raises(ReslabError) as err:
         parse_set(items)
     assert str(err.value) == message + "; give each setting once"
