@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from reslab import ConfigError, ModelConfig, resolve
-from reslab.errors import ReslabError
 from reslab.cli import main
 from reslab.config_sources import parse_set
+from reslab.errors import ReslabError
 
 BAD = [
     ({"design": "pre-lm"}, "model.design: unknown design 'pre-lm'; choose one of pre-ln"),
