@@ -31,9 +31,9 @@ from pathlib import Path
 
 from reslab.assess.cost import measure_cost
 from reslab.assess.plan import CardRequest
-from reslab.assess.run import _timing
+from reslab.assess.run import cost_timing
 
-NOW = _timing(CardRequest("pre-ln", scale="cpu"))  # the card's own plan, so the bench cannot drift from it
+NOW = cost_timing(CardRequest("pre-ln", scale="cpu"))  # the card's own plan, so the bench cannot drift from it
 PLANS = {"5x10": {"rounds": 5, "steps": 10, "warmup": 3}, f"{NOW['rounds']}x{NOW['steps']}": NOW}
 
 

@@ -35,7 +35,7 @@ def parse_set(items: list[str]) -> dict:
         except tomllib.TOMLDecodeError:
             value = raw
         node = out
-        parts = key.strip().split(".")
+        parts = dotted.split(".")
         for part in parts[:-1]:  # a table here, never a value: a key and one inside it are refused above
             node = node.setdefault(part, {})
         node[parts[-1]] = value

@@ -172,7 +172,7 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
                                   mode=mode, out_dir=folder / "signal") for mode in MODES}
     log("assess: cost against the first baseline, measured in one process")
     cost = {depth: measure_cost({k: dataclasses.asdict(v) for k, v in _models(main, req, depth).items()},
-                                baseline=req.baselines[0], batch_size=_batch(main, req), **_timing(req))
+                                baseline=req.baselines[0], batch_size=_batch(main, req), **cost_timing(req))
             for depth in DEPTHS}
     unigram = (reports[0].get("reference") or {}).get("unigram")
     stab = stability(store, main.name, req.scale, unigram)
@@ -182,7 +182,7 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
     return card, folder
 
 
-def _timing(req: CardRequest) -> dict:
+def cost_timing(req: CardRequest) -> dict:  # public: bench/bench_cost_noise.py measures with it
     """Enough rounds that the speed ratio, taken round by round, has a median and a spread worth
     reading (11 rounds of 6 steps after 3 untimed ones: about the 50 timed steps of 5 rounds of 10 that
     it replaced, whose ratio moved by 0.15 between two renders of one card); the smoke scale only
