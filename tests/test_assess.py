@@ -102,6 +102,36 @@ def test_a_setting_the_card_cannot_honour_is_one_line(overrides, ladder, message
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("design, overrides, message", [
+    # found when the card's spec is parsed (its variants table) ...
+    ("pre-ln", {"model": {"bogus": 1}}, "--set model.bogus: unknown key; allowed keys are attn_gate"),
+    ("pre-ln", {"model": {"norm": "nonorm"}}, "--set model.norm: 'nonorm' is not allowed"),
+    # ... or when its runs are expanded (a design's options, a value checked against the scale's width)
+    ("mv-split", {"model": {"options": {"zz": 1}}}, "--set model.options.zz: unknown key; allowed keys are alpha_init"),
+    ("mv-split", {"model": {"options": {"alpha_init": "x"}}}, "--set model.options.alpha_init: expected a number"),
+    ("pre-ln", {"model": {"options": {"k": 1}}}, "--set model.options: pre-ln has no options of its own"),
+    ("pre-ln", {"model": {"n_head": 7}}, "--set model.n_head: 7 heads do not divide n_embd=64"),
+])
+def test_a_bad_setting_is_named_as_the_set_the_user_wrote(design, overrides, message):
+    # not under the card spec's and variant's internal names (assess-pre-ln+bogus-1: variants.pre-ln+...)
+    with pytest.raises(ReslabError) as e:
+        card_specs(CardRequest(design, overrides=overrides))
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    assert "more runs" not in str(e.value)
+
+
+def test_an_error_not_about_a_set_is_kept_where_it_happened():
+    from reslab.assess.plan import _as_set_error
+    from reslab.errors import ConfigError
+
+    req = CardRequest("pre-ln", overrides={"model": {"norm": "derf"}})
+    lines = [f"assess-{req.label}: variant {req.label}, scale cpu, grid {{'depth': 'L16'}}: model.n_layer: too deep",
+             f"assess-{req.label}: variants.{req.label}.model.norm: 'derf' is broken",
+             "assess-x: variant pre-ln, scale cpu: model.norm: about the baseline"]
+    assert _as_set_error(ConfigError(lines), req, f"assess-{req.label}").lines() == [
+        lines[0], "--set model.norm: 'derf' is broken", lines[2]]
+
+
 def test_a_setting_the_ladder_sets_leaves_the_card_and_says_why_it_cannot_climb(tmp_path):
     from reslab.assess.run import card_plan
     from reslab.sweep.store import Store

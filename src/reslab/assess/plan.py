@@ -24,9 +24,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
-from ..errors import ReslabError
+from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
 from ..spec.load import parse_spec
 from ..spec.expand import IdenticalRunsError
@@ -270,7 +271,40 @@ def card_specs(req: CardRequest) -> list[SweepSpec]:
             settings = " ".join(f"{'.'.join(p)}={v}" for p, v in _leaves(req.overrides))
             raise ReslabError(f"--set {settings}: {req.design} already has these settings, so the card would "
                               f"compare {req.design} with itself; set something that changes it") from None
+        except ConfigError as e:  # after IdenticalRunsError, one of its kind
+            raise _as_set_error(e, req, data["name"]) from None
     return out
+
+
+def _as_set_error(error: ConfigError, req: CardRequest, spec_name: str) -> ConfigError:
+    """A bad --set is found when the card's spec is parsed or expanded, under the spec's, the variant's
+    and the grid point's names (`assess-pre-ln+bogus-1: variants.pre-ln+bogus-1.model.bogus: ...`),
+    which the user never wrote: a line about a setting the user gave is said as that --set
+    (`--set model.bogus: unknown key ...`); any other line is kept whole, where it happened included."""
+    given = [".".join(path) for path, _ in _leaves(req.overrides)]
+    lines = []
+    for line in error.lines():
+        inner = _variant_error(line, spec_name, req.label)
+        key = (inner or "").split(": ", 1)[0]
+        if inner and any(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in given):
+            lines.append("--set " + re.sub(r" \(and \d+ more runs\)$", "", inner))
+        else:
+            lines.append(line)
+    return ConfigError(lines)
+
+
+def _variant_error(line: str, spec_name: str, label: str) -> str | None:
+    """`field: problem` of an error line about the assessed variant (from the spec's variants table,
+    or from one of its runs: `variant L, scale S, grid {...}: field: problem`), else None."""
+    table = f"{spec_name}: variants.{label}."
+    if line.startswith(table):
+        return line[len(table):]
+    run = f"{spec_name}: variant {label}"
+    if not line.startswith(run + ",") and not line.startswith(run + ":"):
+        return None
+    rest = line[len(run):]
+    end = rest.index("}: ") + 1 if ", grid {" in rest and "}: " in rest else rest.find(": ")
+    return rest[end + 2:] if end >= 0 else None
 
 
 # A card compares designs in one regime: its budget, data and evaluation are the regime's for every
