@@ -120,6 +120,26 @@ def test_a_bad_setting_is_named_as_the_set_the_user_wrote(design, overrides, mes
     assert "more runs" not in str(e.value)
 
 
+@pytest.mark.parametrize("design, overrides, ladder", [
+    ("canon", {"model": {"options": {"points": "ABCD"}}}, False),
+    ("canon", {"model": {"options": {"kernel": 4, "residual": True}}}, True),
+    ("mv-split", {"model": {"options": {"beta_init": 0.03}}}, False),
+])
+def test_settings_that_are_the_designs_own_defaults_are_refused(design, overrides, ladder):
+    # the same runs as the design's own card, under a name (canon+points-ABCD) a reader takes for another design
+    with pytest.raises(ReslabError) as e:
+        card_specs(CardRequest(design, overrides=overrides, ladder=ladder))
+    assert f"these are {design}'s own settings" in str(e.value) and f"run `reslab assess {design}`" in str(e.value)
+
+
+def test_settings_that_change_the_design_make_their_own_card():
+    from reslab.assess.plan import _design_run_ids
+
+    plain = card_specs(CardRequest("canon"))
+    other = card_specs(CardRequest("canon", overrides={"model": {"options": {"points": "AC"}}}))
+    assert set(_design_run_ids(plain, "canon", "cpu")).isdisjoint(_design_run_ids(other, "canon+points-AC", "cpu"))
+
+
 def test_an_error_not_about_a_set_is_kept_where_it_happened():
     from reslab.assess.plan import _as_set_error
     from reslab.errors import ConfigError

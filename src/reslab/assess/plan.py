@@ -25,7 +25,7 @@ import copy
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError, ReslabError
 from ..fileio import read_toml
@@ -273,7 +273,28 @@ def card_specs(req: CardRequest) -> list[SweepSpec]:
                               f"compare {req.design} with itself; set something that changes it") from None
         except ConfigError as e:  # after IdenticalRunsError, one of its kind
             raise _as_set_error(e, req, data["name"]) from None
+    if req.overrides and req.design not in req.baselines and _same_runs_without_settings(out, req):
+        settings = " ".join(f"{'.'.join(p)}={v}" for p, v in _leaves(req.overrides))
+        raise ReslabError(f"--set {settings}: these are {req.design}'s own settings, so the card would be "
+                          f"{req.design}'s under another name; run `reslab assess {req.design}`")
     return out
+
+
+def _same_runs_without_settings(specs: list[SweepSpec], req: CardRequest) -> bool:
+    """Whether the --set settings are the design's own defaults: the same runs, but a card under another
+    name, which a reader of docs/cards.md would take for another design."""
+    try:
+        plain = card_specs(replace(req, overrides={}))
+    except ReslabError:  # the design needs a setting to run at all: the settings change it
+        return False
+    return _design_run_ids(specs, req.label, req.scale) == _design_run_ids(plain, req.design, req.scale)
+
+
+def _design_run_ids(specs: list[SweepSpec], variant: str, scale: str) -> list[str]:
+    """The identities (resolved configs) of every run the card's specs plan for `variant` at `scale`."""
+    from ..spec.tune_plan import all_planned
+
+    return sorted(r.id for s in specs for r in all_planned(s, [scale])[0] if r.variant == variant)
 
 
 def _as_set_error(error: ConfigError, req: CardRequest, spec_name: str) -> ConfigError:
