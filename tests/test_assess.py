@@ -162,6 +162,19 @@ def test_a_setting_the_ladder_sets_leaves_the_card_and_says_why_it_cannot_climb(
     assert "not with these settings: --set model.n_embd: the card sets it itself" in "\n".join(text)
 
 
+@pytest.mark.parametrize("design, overrides, header", [
+    ("moda", {}, "assess moda against pre-ln, scale cpu"),
+    ("pre-ln", {"model": {"norm": "derf"}},
+     "assess pre-ln+norm-derf (pre-ln with --set model.norm=derf) against pre-ln, scale cpu")])
+def test_the_plan_header_says_what_a_card_with_settings_is(tmp_path, design, overrides, header):
+    # "pre-ln+norm-derf (pre-ln) against pre-ln" read as pre-ln against itself: the settings are spelled out.
+    from reslab.assess.run import card_plan
+    from reslab.sweep.store import Store
+
+    req = CardRequest(design, overrides=overrides)
+    assert card_plan(req, Store(tmp_path / "store")).text(req, 2)[0] == header
+
+
 @pytest.mark.parametrize("seeds, scale, warned", [
     (1, "cpu", True), (2, "cpu", True), (3, "cpu", False), (None, "cpu", False), (1, "smoke", False)])
 def test_the_plan_says_when_too_few_seeds_leave_the_card_without_verdicts(tmp_path, seeds, scale, warned):

@@ -40,7 +40,7 @@ def card(tmp_path_factory):
 def test_the_plan_comes_first_and_the_headline_last(card):
     _, proc, _, folder = card
     err = proc.stderr.splitlines()
-    assert err[0] == "assess mix-pre-post (mix-pre-post) against pre-ln, scale smoke (smoke: not a result)"
+    assert err[0] == "assess mix-pre-post against pre-ln, scale smoke (smoke: not a result)"
     assert err[1].startswith("  sweep assess-mix-pre-post: 0 tuning + 8 comparison runs; 0 already in the store")
     assert err[2].startswith("  sweep assess-mix-pre-post-ladder: 0 tuning + 6 comparison runs")
     assert "Design card: mix-pre-post (smoke scale) — smoke: not a result" in proc.stderr

@@ -268,17 +268,17 @@ def card_specs(req: CardRequest) -> list[SweepSpec]:
         except IdenticalRunsError:
             if not (req.overrides and req.design in req.baselines):
                 raise
-            raise ReslabError(f"--set {_settings_text(req)}: {req.design} already has these settings, so the card would "
+            raise ReslabError(f"--set {settings_text(req)}: {req.design} already has these settings, so the card would "
                               f"compare {req.design} with itself; set something that changes it") from None
         except ConfigError as e:  # after IdenticalRunsError, one of its kind
             raise _as_set_error(e, req, data["name"]) from None
     if req.overrides and req.design not in req.baselines and _same_runs_without_settings(out, req):
-        raise ReslabError(f"--set {_settings_text(req)}: these are {req.design}'s own settings, so the card would be "
+        raise ReslabError(f"--set {settings_text(req)}: these are {req.design}'s own settings, so the card would be "
                           f"{req.design}'s under another name; run `reslab assess {req.design}`")
     return out
 
 
-def _settings_text(req: CardRequest) -> str:
+def settings_text(req: CardRequest) -> str:
     """The --set settings as the user wrote them: model.norm=derf optim.weight_decay=0."""
     return " ".join(f"{'.'.join(p)}={v}" for p, v in _leaves(req.overrides))
 

@@ -21,7 +21,7 @@ from ..errors import ReslabError
 from ..report.claims import MIN_N
 from ..spec.schema import SweepSpec, is_result_scale
 from ..spec.tune_plan import all_planned, most_extension_runs, tuning_runs
-from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs
+from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs, settings_text
 
 SMOKE_PROBE_DEPTHS = (2, 4, 8)
 
@@ -42,7 +42,10 @@ class CardPlan:
     lines: list[SweepPlanLine]
 
     def text(self, req: CardRequest, jobs: int) -> list[str]:
-        out = [f"assess {req.label} ({req.design}) against {', '.join(req.baselines)}, scale {req.scale}"
+        # A card with --set settings is named after them (pre-ln+norm-derf); say what the name stands for,
+        # so "against pre-ln" is not read as pre-ln against itself.
+        what = req.label if not req.overrides else f"{req.label} ({req.design} with --set {settings_text(req)})"
+        out = [f"assess {what} against {', '.join(req.baselines)}, scale {req.scale}"
                + ("" if is_result_scale(req.scale) else " (smoke: not a result)")]
         total_minutes = 0.0
         for spec, line in zip(self.specs, self.lines):
