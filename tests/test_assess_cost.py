@@ -13,7 +13,7 @@ import torch
 
 from reslab.assess.cost import (Trainee, measure_cost, round_order, same_round_ratios, saved_bytes, time_rounds,
                                 train_step)
-from reslab.assess.render import _speed_ratio
+from reslab.assess.render import speed_ratio
 from reslab.config import ModelConfig
 from reslab.errors import ReslabError
 from reslab.model.gpt import GPT
@@ -176,10 +176,10 @@ def test_measure_cost_gives_one_speed_ratio_per_round_and_their_median():
 def test_the_card_shows_the_round_by_round_ratio_with_its_interval():
     row = {"ratios": {"tokens_per_s": 0.7, "tokens_per_s_same_round": 0.8}, "tokens_per_s_by_round": [0.78, 0.8, 0.912],
            "tokens_per_s_interval": [0.781, 0.876]}
-    assert _speed_ratio(row) == "0.800 [0.78, 0.88]"
-    assert _speed_ratio({**row, "tokens_per_s_interval": None}) == "0.800"  # too few rounds for an interval
+    assert speed_ratio(row) == "0.800 [0.78, 0.88]"
+    assert speed_ratio({**row, "tokens_per_s_interval": None}) == "0.800"  # too few rounds for an interval
     # a card written before rounds were paired keeps its ratio of overall medians
-    assert _speed_ratio({"ratios": {"tokens_per_s": 0.7}}) == "0.700"
+    assert speed_ratio({"ratios": {"tokens_per_s": 0.7}}) == "0.700"
 
 
 def test_the_speed_ratios_interval_comes_from_the_rounds():

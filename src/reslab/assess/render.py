@@ -129,7 +129,7 @@ def _depth_blocks(card: dict) -> list[tuple]:
             ("table", ["design"] + heads, rows, "lrrrr")]
 
 
-def _speed_ratio(row: dict) -> str:
+def speed_ratio(row: dict) -> str:
     """The round-by-round speed ratio's median with its 95% interval; a card written before rounds
     were paired has only the ratio of the overall medians."""
     if not row.get("tokens_per_s_by_round"):
@@ -150,7 +150,7 @@ def _cost_blocks(card: dict) -> list[tuple]:
             rows.append([label, f"{r.get('params'):,}" if isinstance(r.get("params"), int) else DASH,
                          _f(ratio.get("params"), "{:.3f}"),
                          _f((r.get("saved_bytes") or 0) / 2 ** 20, "{:.2f}"), _f(ratio.get("saved_bytes"), "{:.3f}"),
-                         _f(r.get("tokens_per_s"), "{:,.0f}"), _speed_ratio(r)])
+                         _f(r.get("tokens_per_s"), "{:,.0f}"), speed_ratio(r)])
         b += [("p", f"{depth[1:]} layers, batch {c.get('batch_size')} × {c.get('block_size')} tokens, "
                     f"{c.get('threads')} thread(s), {c.get('device', 'cpu')}; ratios to {c['baseline']} from the same run."),
               ("table", ["design", "params", "× params", "saved MiB", "× memory", "tokens/s", "× tokens/s"], rows,
