@@ -6,11 +6,16 @@ import sys
 import time
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+def format_duration(seconds: float) -> str:
+    """45 s, 22 min, 1 h 05 min: a length of time that cannot be read as a time of day."""
+    seconds = max(float(seconds), 0.0)
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 class Progress:
@@ -33,8 +38,8 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         base = self.first_done or 0
         if self.done <= base:
-            return "--:--"
-        return _duration(elapsed / (self.done - base) * (self.total - self.done))
+            return "--"
+        return format_duration(elapsed / (self.done - base) * (self.total - self.done))
 
     def update(self, done: int, **fields) -> None:
         if self.first_done is None:

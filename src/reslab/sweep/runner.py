@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ReslabError
-from ..progress import _duration
+from ..progress import format_duration
 from ..spec.expand import PlannedRun, chosen_scales, expand
 from ..spec.schema import SweepSpec
 from ..spec.tune import TuningChoice
 from ..spec.tune_plan import check_override_conflict, tuning_runs, tuning_spec
 from ..train.run_folder import RunFolder
+from .eta import TimeLeft, run_work
 from .lifetime import worker_popen_kwargs
 from .store import FINISHED, Store, run_row_from_folder
 from .tune import choice_line, extension_line, tuned_values, tuning_plan
@@ -107,23 +108,22 @@ def record_spec(store: Store, spec: SweepSpec, runs: list[PlannedRun], source: s
 
 
 class SweepView:
-    """The live view of a sweep: one line with done / running / failed / queued and an ETA, redrawn
-    on a terminal, printed on every change otherwise; finished runs get a line each."""
+    """The live view of a sweep: one line with done / running / failed / queued and the time left
+    (eta.py: weighted by each run's work, so large runs still queued are not counted as small ones),
+    redrawn on a terminal, printed on every change otherwise; finished runs get a line each."""
 
-    def __init__(self, name: str, total: int, jobs: int, stream=None):
+    def __init__(self, name: str, total: int, jobs: int, stream=None, work: dict[str, float] | None = None):
         self.name, self.total, self.jobs = name, total, jobs
         self.stream = stream or sys.stderr
         self.tty = getattr(self.stream, "isatty", lambda: False)()
-        self.walls: list[float] = []
+        self.time_left = TimeLeft(work or {})
         self.last = ""
 
     def line(self, done: int, running: int, failed: int, diverged: int, queued: int) -> str:
-        eta = "--:--"
-        if self.walls:
-            mean = sum(self.walls) / len(self.walls)
-            eta = _duration(mean * (queued + running) / max(self.jobs, 1))
+        left = self.time_left.seconds(self.jobs)
+        eta = "--" if left is None else f"about {format_duration(left)}"
         return (f"sweep {self.name}: {done}/{self.total} done ({diverged} diverged), {running} running, "
-                f"{failed} failed, {queued} queued, eta {eta}")
+                f"{failed} failed, {queued} queued, time left {eta}")
 
     def show(self, **counts) -> None:
         text = self.line(**counts)
@@ -196,8 +196,9 @@ def _prepare_data(runs: list[PlannedRun], log) -> None:
 
 
 def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result: SweepResult,
-            run_id: str, code: int) -> str:
-    """Record one worker's end: timings into sweep.json, the folder's status into the index."""
+            run_id: str, code: int, stacked: int = 1) -> str:
+    """Record one worker's end: timings into sweep.json, the folder's status into the index.
+    stacked: how many runs the worker trained at once (their wall time is shared, for the estimate)."""
     wall = time.time() - started
     meta = store.read_membership(run_dir)
     store.write_membership(run_dir, run_id, meta["config"], started_at=started,
@@ -213,7 +214,7 @@ def _finish(store: Store, run_dir: Path, started: float, view: SweepView, result
     detail = f"best val loss {best:.4f}" if isinstance(best, float) else (row.get("error") or "")
     if status == "busy":
         detail = "another process is training it; left alone"
-    view.walls.append(wall)
+    view.time_left.finished(run_id, wall / stacked, measured=status == "completed")
     view.message(f"{status:<9} {run_dir.name}  {detail}  ({wall:.0f} s)")
     return status
 
@@ -305,7 +306,7 @@ def _train_phase(spec: SweepSpec, runs: list[PlannedRun], jobs: int, store: Stor
         f"{len(todo)} to train with {jobs} worker{'s' if jobs > 1 else ''}{stacked_note} (store {store.root})")
     if todo:
         _prepare_data([r for r, _ in todo], log)
-        view = SweepView(spec.name, len(runs), jobs, stream)
+        view = SweepView(spec.name, len(runs), jobs, stream, work={r.id: run_work(r.config) for r, _ in todo})
         if executor == "local":
             _run_local(tasks, store, jobs, gpus, view, result)
         else:
@@ -360,7 +361,7 @@ def _run_local(tasks: list[list], store: Store, jobs: int, gpus: int, view: Swee
                 logf.close()
                 del running[slot]
                 for run, folder in task:
-                    _finish(store, folder, started, view, result, run.id, code)
+                    _finish(store, folder, started, view, result, run.id, code, stacked=len(task))
             view.show(**counts())
     except KeyboardInterrupt:
         for proc, *_ in running.values():
