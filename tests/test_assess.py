@@ -307,3 +307,58 @@ def test_the_lr_section_says_why_a_rate_has_no_loss():
     section = lr_section({"lr": {"tuning": {"axis": "optim.lr", "values": [1e-3, 3e-3, 1e-2, 3e-2],
                                             "rows": [row]}}}, 3.35)
     assert section["rows"][0]["no_loss"] == {1e-2: "diverged", 3e-2: "unfinished"}
+
+
+# ---- the plan's estimate counts the design's runs at its own speed -----------------------------------
+def _minutes(lines):
+    last = [t for t in lines if t.startswith("  estimate: about ")][0]
+    return int(last.split("about ")[1].split(" min")[0])
+
+
+def test_the_estimate_counts_the_designs_runs_at_its_speed(tmp_path):
+    # moda's card was planned at "about 44 min" from pre-ln's and post-ln's runs, and moda trains at
+    # 0.4-0.7x pre-ln's speed: its runs are now counted at the design's speed (timed by design_speed).
+    from reslab.assess.run import card_plan
+    from reslab.sweep.store import Store
+
+    req = CardRequest("moda")
+    plan = card_plan(req, Store(tmp_path / "store"))
+    line = plan.lines[0]
+    assert set(line.design_todo) == {"L4", "L16"}
+    # 16-layer runs weigh about 4 of the 4-layer ones; the design holds half of the runs left
+    assert 3.5 < line.design_todo["L16"] / line.design_todo["L4"] < 4
+    assert sum(line.design_todo.values()) == pytest.approx(line.work_left / 2)
+    plain = _minutes(plan.text(req, 2))
+    half = plan.text(req, 2, speed={"L4": 0.5, "L16": 0.5})
+    assert abs(_minutes(half) - 1.5 * plain) <= 1  # the design's half of the work takes twice as long
+    assert "  speed: moda trains at 0.50x at 4 layers and 0.50x at 16 layers pre-ln's tokens/s (a few steps " \
+           "timed just now); the estimate counts its runs at that speed" in half
+    slow_deep = _minutes(plan.text(req, 2, speed={"L4": 1.0, "L16": 0.5}))
+    slow_shallow = _minutes(plan.text(req, 2, speed={"L4": 0.5, "L16": 1.0}))
+    assert (slow_deep - plain) / (slow_shallow - plain) > 2.5  # a slow 16-layer run costs ~4x a slow 4-layer one
+
+
+def test_the_design_speed_times_the_design_and_the_first_baseline_at_each_depth(tmp_path, monkeypatch):
+    import reslab.assess.cost as cost
+    from reslab.assess.run import card_plan, design_speed
+    from reslab.sweep.store import Store
+
+    calls = []
+
+    def fake(models, baseline, **kw):
+        calls.append((sorted(models), {k: m["n_layer"] for k, m in models.items()}, baseline, kw["threads"]))
+        return {"rows": {"moda": {"ratios": {"tokens_per_s_same_round": 0.25 * len(calls)}}}}
+
+    monkeypatch.setattr(cost, "measure_cost", fake)
+    monkeypatch.setattr("reslab.sweep.runner.cpu_count", lambda: 4)
+    req = CardRequest("moda", against=("post-ln", "pre-ln"))
+    plan = card_plan(req, Store(tmp_path / "store"))
+    assert design_speed(plan, req, jobs=2) == {"L4": 0.25, "L16": 0.5}
+    assert calls == [(["moda", "post-ln"], {"moda": 4, "post-ln": 4}, "post-ln", 2),
+                     (["moda", "post-ln"], {"moda": 16, "post-ln": 16}, "post-ln", 2)]
+    smoke = CardRequest("moda", scale="smoke")
+    assert design_speed(card_plan(smoke, Store(tmp_path / "store")), smoke, jobs=2) is None  # no estimate to correct
+    for line in plan.lines:  # the design's runs all finished: nothing left to time for the estimate
+        line.design_todo = {depth: 0.0 for depth in line.design_todo}
+    assert design_speed(plan, req, jobs=2) is None
+    assert len(calls) == 2

@@ -34,6 +34,8 @@ class SweepPlanLine:
     tuning: int
     extension: int     # at most this many tuning runs beyond the grid's ends (tune.extend)
     finished: int      # of `runs`, already finished in the store
+    work_left: float = 0.0  # the runs left (later ones included), each counted as its work over the mean run's
+    design_todo: dict = dataclasses.field(default_factory=dict)  # depth -> the design's share of work_left
 
 
 @dataclass
@@ -41,7 +43,10 @@ class CardPlan:
     specs: list
     lines: list[SweepPlanLine]
 
-    def text(self, req: CardRequest, jobs: int) -> list[str]:
+    def text(self, req: CardRequest, jobs: int, speed: dict | None = None) -> list[str]:
+        """The plan's lines. speed (depth -> the design's tokens/s over the first baseline's, from
+        design_speed): the design's runs are counted at that speed in the estimate, so a design that
+        trains at half pre-ln's speed is not promised in pre-ln's time."""
         # A card with --set settings is named after them (pre-ln+norm-derf); say what the name stands for,
         # so "against pre-ln" is not read as pre-ln against itself.
         what = req.label if not req.overrides else f"{req.label} ({req.design} with --set {settings_text(req)})"
@@ -53,7 +58,8 @@ class CardPlan:
             est = spec.study.estimates.get(req.scale) if spec.study else None
             cost = "no estimate at this scale"
             if est is not None and est.cpu_minutes is not None:
-                minutes = est.cpu_minutes / est.runs * est.jobs / jobs * todo
+                per_run = est.cpu_minutes / est.runs * est.jobs / jobs
+                minutes = per_run * (line.work_left + _extra_runs(line.design_todo, speed))
                 total_minutes += minutes
                 cost = f"about {minutes:.0f} min with {jobs} workers ({est.basis.split(':')[0]})"
             elif est is not None and est.gpu_hours is not None:
@@ -71,6 +77,10 @@ class CardPlan:
                        f"{self._ladder_cost(req, jobs)})")
         out.append(f"  then: signal propagation at init (depths {', '.join(map(str, self._probe_depths(req)))}), "
                    "cost ratios (seconds), the card")
+        if speed:
+            at = " and ".join(f"{r:.2f}x at {d.lstrip('L')} layers" for d, r in speed.items())
+            out.append(f"  speed: {req.label} trains at {at} {req.baselines[0]}'s tokens/s (a few steps timed "
+                       "just now); the estimate counts its runs at that speed")
         if total_minutes:
             out.append(f"  estimate: about {total_minutes:.0f} min in all on a 2-core CPU")
         return out
@@ -108,10 +118,66 @@ def card_plan(req: CardRequest, store, specs: list | None = None) -> CardPlan:
     for spec in specs:
         runs, later = all_planned(spec, [req.scale])
         n_tuning = len(tuning_runs(spec, [req.scale]))
-        finished = sum(status in ("completed", "diverged") for _, _, status in plan_status(store, runs))
+        status = plan_status(store, runs)
+        finished = sum(s in ("completed", "diverged") for _, _, s in status)
         lines.append(SweepPlanLine(spec.name, len(runs), later, n_tuning, most_extension_runs(spec, [req.scale]),
-                                   finished))
+                                   finished, *_work_left(status, later, req.label)))
     return CardPlan(specs, lines)
+
+
+def _work_left(status: list, later: int, design: str) -> tuple[float, dict[str, float]]:
+    """The runs left, each counted as its work over the sweep's mean run's (sweep/eta.py: a 16-layer
+    run is about 4 of a 4-layer one), and by depth point the design's part of them: the unfinished
+    planned runs, and the comparison runs planned once tuning has chosen (as many per row as any
+    other row's, at the row's work)."""
+    from ..sweep.eta import run_work
+
+    if not status:
+        return float(later), {}
+    work = {r.id: run_work(r.config) for r, _, _ in status}
+    mean = sum(work.values()) / len(work)
+    rows = {(r.variant, r.grid.get("depth")): work[r.id] / mean for r, _, _ in status}
+    per_row = later / len(rows)
+    total = per_row * sum(rows.values())
+    design_left: dict[str, float] = {}
+    for run, _, state in status:
+        left = (state not in ("completed", "diverged")) * work[run.id] / mean
+        total += left
+        depth = run.grid.get("depth")
+        if run.variant == design and depth is not None:
+            design_left[depth] = design_left.get(depth, per_row * rows[(design, depth)]) + left
+    return total, design_left
+
+
+def _extra_runs(design_todo: dict[str, float], speed: dict | None) -> float:
+    """What the design's slower (or faster) runs add to the count of runs left at the baseline's speed:
+    a run at speed 0.5 counts as two, so it adds one."""
+    if not speed:
+        return 0.0
+    return sum(n * (1 / speed[d] - 1) for d, n in design_todo.items() if speed.get(d))
+
+
+def design_speed(plan: "CardPlan", req: CardRequest, jobs: int) -> dict[str, float] | None:
+    """Depth -> the design's training tokens/s over the first baseline's, from a few steps of each
+    timed now with the threads a worker gets (cores / jobs): for the plan's estimate only, not the
+    card's cost section (which times 66 steps). None where it would not change the estimate (a scale
+    with no CPU estimate, or the design's runs all finished)."""
+    from ..sweep.runner import cpu_count
+    from .cost import measure_cost
+
+    main = plan.specs[0]
+    est = main.study.estimates.get(req.scale) if main.study else None
+    if not is_result_scale(req.scale) or est is None or est.cpu_minutes is None \
+            or not any(n for line in plan.lines for n in line.design_todo.values()):
+        return None
+    out = {}
+    for depth in DEPTHS:
+        models = _models(main, req, depth)
+        pair = {k: dataclasses.asdict(models[k]) for k in (req.label, req.baselines[0])}
+        cost = measure_cost(pair, baseline=req.baselines[0], batch_size=_batch(main, req), steps=2, rounds=2,
+                            warmup=1, threads=max(1, cpu_count() // jobs))
+        out[depth] = cost["rows"][req.label]["ratios"]["tokens_per_s_same_round"]
+    return out
 
 
 def _planned(spec: SweepSpec, req: CardRequest) -> list:
@@ -155,7 +221,7 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
     t0 = time.time()
     plan = card_plan(req, store, specs)
     jobs = jobs or default_jobs(all_planned(plan.specs[0], [req.scale])[0])
-    for line in plan.text(req, jobs):
+    for line in plan.text(req, jobs, design_speed(plan, req, jobs)):
         log(line)
     folder = store.root / "cards" / f"{req.label}-{req.scale}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ def _request(args):
 
 def cmd_assess(args) -> int:
     from ..assess.plan import card_specs
-    from ..assess.run import assess, card_plan
+    from ..assess.run import assess, card_plan, design_speed
     from ..spec.tune import tune_name
     from ..spec.tune_plan import all_planned
     from ..sweep.runner import default_jobs
@@ -43,7 +43,8 @@ def cmd_assess(args) -> int:
     check_run_folders(store)
     if args.plan:
         plan = card_plan(req, store, specs)
-        for line in plan.text(req, args.jobs or default_jobs(runs)):
+        jobs = args.jobs or default_jobs(runs)
+        for line in plan.text(req, jobs, design_speed(plan, req, jobs)):
             print(line)
         store.close()
         return 0
