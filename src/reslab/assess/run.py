@@ -157,7 +157,7 @@ def _extra_runs(design_todo: dict[str, float], speed: dict | None) -> float:
     return sum(n * (1 / speed[d] - 1) for d, n in design_todo.items() if speed.get(d))
 
 
-def design_speed(plan: "CardPlan", req: CardRequest, jobs: int) -> dict[str, float] | None:
+def design_speed(plan: CardPlan, req: CardRequest, jobs: int) -> dict[str, float] | None:
     """Depth -> the design's training tokens/s over the first baseline's, from a few steps of each
     timed now with the threads a worker gets (cores / jobs): for the plan's estimate only, not the
     card's cost section (which times 66 steps). None where it would not change the estimate (a scale
