@@ -12,7 +12,9 @@ times the work not yet done, shared among the workers:
     time left  = (sum of finished walls / their work) x (work of the runs not finished) / workers
 
 What a design adds beyond these matmuls (a depth-wise mix, a convolution) is not in the formula; the
-rate measured on the sweep's own finished runs takes it in as they finish.
+rate measured on the sweep's own finished runs takes it in as they finish. (train/throughput.py's
+flops_per_token counts a built model's own Linear layers, for MFU; the plan has only configs, and
+building every planned model to count them would cost more than the estimate is worth.)
 """
 
 from __future__ import annotations
