@@ -50,10 +50,19 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def _planned_rows(store, name: str, scale: str) -> list[dict]:
+    """The index rows of the runs the sweep's record plans now at `scale` (none before it first ran):
+    a run an earlier plan of the sweep trained (another tuned rate, an edited spec) is not the card's."""
+    if not (store.specs_dir / f"{name}.json").is_file():
+        return []
+    planned = {m.id for m in store.spec_record(name).runs_at(scale)}
+    return [r for r in store.runs(spec=name, scale=scale) if r.get("id") in planned]
+
+
 def stability(store, spec_name: str, scale: str, unigram: float | None) -> dict:
     designs: dict[str, dict] = {}
     for name in (tune_name(spec_name), spec_name):
-        for r in store.runs(spec=name, scale=scale):
+        for r in _planned_rows(store, name, scale):
             status = r.get("status")
             if status not in ("completed", "diverged"):
                 continue

@@ -94,10 +94,15 @@ def _choose_scale(record: SpecRecord, scale: str | None) -> str:
 
 
 def _index_rows(store: Store, spec_name: str) -> dict[tuple, dict]:
-    """(variant, scale, grid json, seed) -> the index row of that run."""
+    """(run id, variant, scale, grid json, seed) -> the index row of that membership.
+
+    The identity is part of the key because a sweep planned again in the same store (its spec
+    edited, a row re-tuned to another value, a default that enters run identities changed) keeps
+    its earlier runs as members under the same variant, grid point and seed: the report reads the
+    runs its record plans now, never a superseded run in their place."""
     out = {}
     for r in store.runs(spec=spec_name):
-        out[(r["variant"], r["scale"], r["grid"], r["seed"])] = r
+        out[(r["id"], r["variant"], r["scale"], r["grid"], r["seed"])] = r
     return out
 
 
@@ -139,7 +144,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
     missing, run_list = [], []
     for m in planned:
         grid = json.dumps(m.grid, sort_keys=True)
-        row = index.get((m.variant, m.scale, grid, m.seed))
+        row = index.get((m.id, m.variant, m.scale, grid, m.seed))
         name = row_name(m.variant, m.grid)
         by_row.setdefault(name, [])
         row_key[name] = (m.variant, grid)

@@ -211,6 +211,7 @@ class Store:
                 count += 1
         for spec_file in sorted(self.specs_dir.glob("*.json")) if self.specs_dir.is_dir() else []:
             fresh.record_spec(spec_file.stem, str(spec_file))
+            fresh._claim_planned_slots(spec_file)
         fresh.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         fresh.db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file before the rename
         fresh.close()
@@ -218,6 +219,21 @@ class Store:
             Path(str(self.db_path) + suffix).unlink(missing_ok=True)
         os.replace(tmp, self.db_path)
         return count
+
+    def _claim_planned_slots(self, spec_file: Path) -> None:
+        """Give each membership slot (spec, variant, scale, grid, seed) to the run the spec's record plans
+        for it, where that run's folder is indexed. A sweep planned again (its spec edited, a row re-tuned
+        to another value, a default that enters run identities changed) leaves its earlier run in the
+        same slot; folders are read in name order, which is not the order they were trained in."""
+        try:
+            planned = read_json(spec_file, "sweep record").get("runs") or []
+        except (ReslabError, AttributeError):
+            return  # a damaged record is reported by whatever reads it (spec_record)
+        indexed = {row[0] for row in self.db.execute("SELECT id FROM runs")}
+        keys = ("spec", "variant", "scale", "grid", "seed")
+        for m in planned:
+            if isinstance(m, dict) and m.get("id") in indexed and all(k in m for k in keys):
+                self.add_members(m["id"], [{k: m[k] for k in keys}])
 
     # ---- specs ----
     def save_spec(self, name: str, data: dict) -> Path:
