@@ -401,11 +401,17 @@ def depth_attention_ref(attn, x, depth, store_original=False, own=True):
     return y @ attn.c_proj.weight.T + attn.c_proj.bias, (k, v if store_original else mixed)
 
 
-def depth_attention_logits(model, idx, L, no_depth=False, **wrong):
+def read_layers(l, stride=1):
+    """J(l): the earlier layers j (from 1) that layer l reads: (j - 1) mod stride = 0."""
+    return [j for j in range(1, l) if (j - 1) % stride == 0]
+
+
+def depth_attention_logits(model, idx, L, no_depth=False, stride=1, **wrong):
     r = Ref(L=L)
     h, depth = ref_embed(model, idx), []
-    for blk in model.blocks:
-        a, kv = depth_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else depth, **wrong)
+    for l, blk in enumerate(model.blocks, start=1):
+        read = [depth[j - 1] for j in read_layers(l, stride)]
+        a, kv = depth_attention_ref(blk.attn, N(r, blk.norm1, h), [] if no_depth else read, **wrong)
         h = h + a
         h = h + M(r, blk.mlp, N(r, blk.norm2, h))
         depth.append(kv)
@@ -423,6 +429,33 @@ def test_depth_attention_whole_model(fields):
         assert_differs(logits, depth_attention_logits(model, idx, L, store_original=True))  # unmixed v stored
         assert_differs(logits, depth_attention_logits(model, idx, L, own=False))   # its own key left out
         assert_differs(logits, depth_attention_logits(model, idx, L, no_depth=True))   # pre-ln
+
+
+def test_depth_attention_read_layers():
+    # the authors' released 3B model: 48 layers, stride 24, so every layer after 25 reads layers 1 and 25
+    assert read_layers(48, stride=24) == [1, 25] and read_layers(25, stride=24) == [1]
+    assert read_layers(6, stride=2) == [1, 3, 5] and read_layers(7, stride=4) == [1, 5]
+    assert read_layers(4) == [1, 2, 3] and read_layers(1, stride=3) == []
+
+
+@pytest.mark.parametrize("stride", [2, 3])
+def test_depth_attention_stride(stride):
+    L = 6
+    model = make("depth-attention", L=L, options={"stride": stride})
+    idx = token_input()
+    with torch.no_grad():
+        logits = model(idx)
+        torch.testing.assert_close(logits, depth_attention_logits(model, idx, L, stride=stride), **TOL)
+        assert_differs(logits, depth_attention_logits(model, idx, L))  # every earlier layer read
+        assert_differs(logits, depth_attention_logits(model, idx, L, stride=5 - stride))  # another stride
+
+
+def test_depth_attention_stride_beyond_depth_reads_layer_one_only():
+    L = 4
+    model = make("depth-attention", L=L, options={"stride": 1000})
+    idx = token_input()
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), depth_attention_logits(model, idx, L, stride=L), **TOL)
 
 
 def test_depth_attention_adds_no_parameter_and_layer_one_is_pre_ln():
@@ -452,6 +485,10 @@ def test_cross_depth_designs_are_causal(design):
     ("moda", {"layer_designs": {"1": "post-ln"}}, "model.layer_designs: "),
     ("depth-attention", {"prores": "linear"}, "model.prores: "),
     ("depth-attention", {"value_residual": True}, "model.value_residual: "),
+    ("depth-attention", {"options": {"stride": 0}}, "model.options.stride: a whole number in 1..1024"),
+    ("depth-attention", {"options": {"stride": 2.5}}, "model.options.stride: "),
+    ("depth-attention", {"options": {"stride": True}}, "model.options.stride: "),
+    ("depth-attention", {"options": {"window": 2}}, "model.options"),
 ])
 def test_cross_depth_refusals(design, fields, needle):
     with pytest.raises(ConfigError) as e:

@@ -16,7 +16,7 @@ from reslab.spec.load import parse_spec
 from reslab.sweep.store import Store
 from reslab.train import loop as loop_module
 from reslab.train.config import OptimConfig, RunConfig, build_run_config, canonical, config_hash
-from reslab.train.identity_defaults import BASELINE
+from reslab.train.identity_defaults import BASELINE, OPTIONS_ADDED
 from reslab.train.loop import train
 from reslab.train.run_folder import RunFolder
 from tests.sweep_helpers import curves, spec_dict
@@ -62,6 +62,28 @@ def test_identities_of_known_configs_never_change():
                {"model": {"design": "sas-p"}, "optim": {"lr": 2e-3}, "train": {"seed": 3}}]
     ids = [run_identity(build_run_config(c)) for c in configs]
     assert ids == ["1fa4e669b615", "22720fa0cb71", "f293af1474f9"], ids
+
+
+def test_an_option_added_to_a_design_later_keeps_its_runs_identities():
+    """depth-attention gained options.stride on 2026-12-07: at the default it was added with, its runs
+    keep the identities they had without it (frozen here: 12 layers, lr 3e-3); another value is a new run."""
+    plain = {"model": {"design": "depth-attention", "n_layer": 12}, "optim": {"lr": 3e-3}}
+    ident = lambda options: run_identity(build_run_config(  # noqa: E731
+        {**plain, "model": {**plain["model"], **({"options": options} if options is not None else {})}}))
+    assert ident(None) == ident({"stride": 1}) == "7c29f9f3414c"  # as before the option existed
+    assert len({ident(None), ident({"stride": 2}), ident({"stride": 3})}) == 3
+    assert "options" not in canonical(build_run_config(plain).to_dict())["model"]
+    assert build_run_config(plain).model.options == {"stride": 1}  # the resolved config holds it
+
+
+def test_options_added_later_name_real_design_options():
+    import dataclasses as dc
+
+    from reslab.model.registry import get_design
+
+    for design, added in OPTIONS_ADDED.items():
+        fields = {f.name for f in dc.fields(get_design(design).options)}
+        assert set(added) <= fields, (design, set(added) - fields)
 
 
 def test_a_field_missing_from_the_baseline_falls_back_to_its_current_default():

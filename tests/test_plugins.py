@@ -193,6 +193,34 @@ def test_a_range_only_option_must_leave_the_logits_alone(scratch_design):
         check_design("test-range", checks=("options",))
 
 
+def test_an_own_option_may_act_only_in_deeper_models_but_must_act(scratch_design):
+    """An option that picks layers acts only from the third layer on (depth-attention's stride): the kit
+    tries it again at 4 layers. One that acts at no depth still fails, naming it."""
+    from reslab.model.blocks.pre_norm import PreLNBlock
+
+    @dataclasses.dataclass(frozen=True)
+    class Opts:
+        deep_gain: int = 0   # blocks 3, 4, ... double their input when > 0: nothing to see in 2 layers
+
+    class LateBlock(PreLNBlock):
+        def __init__(self, cfg, layer):
+            super().__init__(cfg, layer)
+            self.late = layer >= 3 and reslab.design_options(cfg, layer).deep_gain > 0
+
+        def forward(self, x):
+            return super().forward(2 * x if self.late else x)
+
+    @dataclasses.dataclass(frozen=True)
+    class Idle:
+        unused: int = 0
+
+    register_design("test-late", LateBlock, formula="f", reference="r", options=Opts)
+    check_design("test-late", checks=("options",))
+    register_design("test-idle", PreLNBlock, formula="f", reference="r", options=Idle)
+    with pytest.raises(AssertionError, match="options.unused = 1 changes nothing at 2 or 4 layers"):
+        check_design("test-idle", checks=("options",))
+
+
 # ---- the example plugin, every verb ----------------------------------------------------------------
 def test_the_example_runs_its_own_test_suite():
     """examples/mix-pre-post/tests, as the plugin's author runs them (a process of their own)."""

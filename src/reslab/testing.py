@@ -313,6 +313,9 @@ def _same_function(name: str, label: str, base: ModelConfig, probe: ModelConfig)
         _fail(name, "options", f"{label} is documented to change only the numeric range, but it changes the logits")
 
 
+DEEP_PROBE_LAYERS = 4  # an own option with no effect in a 2-layer model is tried again at this depth
+
+
 def _own_option_probes(name: str, opts: dict) -> list[tuple[str, dict]]:
     """A changed value for each field of the design's options dataclass."""
     from .model.registry import get_design, resolve
@@ -376,9 +379,12 @@ def _options(name, opts, **_):
         if _range_only(cls, field_name):
             _same_function(name, f"options.{field_name}", base, probe)
             continue
-        if not _effect(base, probe):
-            _fail(name, "options", f"options.{field_name} = {new_opts[field_name]!r} changes nothing; make it "
-                                   f"act, or drop it from the design's options dataclass")
+        # an option that picks layers (depth-attention's stride) may act only below the second layer
+        if not _effect(base, probe) and not _effect(small_config(name, DEEP_PROBE_LAYERS, options=opts),
+                                                    small_config(name, DEEP_PROBE_LAYERS, options=new_opts)):
+            _fail(name, "options", f"options.{field_name} = {new_opts[field_name]!r} changes nothing at 2 or "
+                                   f"{DEEP_PROBE_LAYERS} layers; make it act, or drop it from the design's options "
+                                   "dataclass")
 
 
 def _corpus(folder: Path) -> Path:

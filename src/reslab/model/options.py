@@ -194,3 +194,12 @@ class CanonOptions:
 class AltUpOptions:
     K: int = 2                     # the stream is K sub-blocks of width C; layer l computes on sub-block (l - 1) mod K
     recycled: bool = False         # Recycled-AltUp: sub-blocks 2..K copy the embedding (no wider token table)
+
+
+# ---- across depth (blocks/cross_depth.py); the check is in zoo.py ----
+MAX_DEPTH_STRIDE = 1024
+
+
+@dataclass(frozen=True)
+class DepthAttentionOptions:
+    stride: int = 1                # layer l reads the earlier layers i (from 1) with (i - 1) mod stride = 0: 1 = every one

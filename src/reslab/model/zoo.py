@@ -13,10 +13,8 @@ from .design import ALL_NORMS
 from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HybridNormOptions, HyperOptions,
                       KeelOptions, LaurelOptions, MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions,
                       ResiDualOptions, SASOptions, SpeedrunOptions)
-from .options import (AttnResOptions, DenseFormerOptions, FracOptions, GatedOptions, HyperOptions, LaurelOptions,
-                      MixLNOptions, NGPTOptions, NormFormerOptions, ParallelOptions, ResiDualOptions, SASOptions,
-                      SpeedrunOptions)
 from .options import CANON_POINTS, MAX_ALTUP_BLOCKS, MAX_CANON_KERNEL, AltUpOptions, CanonOptions
+from .options import MAX_DEPTH_STRIDE, DepthAttentionOptions
 from .registry import design_options, register_design
 
 _BLOCKS = "reslab.model.blocks."
@@ -420,13 +418,23 @@ register_design("moda", _BLOCKS + "cross_depth:MoDABlock",
                         "sum_i p_i v^(i)_t",
                 reference="Zhu, Fang, Liao, Wang et al. 2026 (Mixture-of-Depths Attention, arXiv 2603.15619)",
                 stream="depth", learned_scales=True)
+def _depth_attention_check(cfg: ModelConfig, given: ModelConfig) -> list[str]:
+    opts, errors = design_options(cfg), []
+    if not _whole_number(opts.stride, 1, MAX_DEPTH_STRIDE):
+        errors.append(f"model.options.stride: a whole number in 1..{MAX_DEPTH_STRIDE} (1: every earlier layer), "
+                      f"got {opts.stride!r}")
+    return errors
+
+
 register_design("depth-attention", _BLOCKS + "cross_depth:DepthAttentionBlock",
                 formula="pre-ln whose values are mixed across depth first: at token t of layer l, p = softmax_j(q_t . "
-                        "k^(j)_t / sqrt(d)) over j = 1..l, v~^(l)_t = sum_(j<l) p_j v~^(j)_t + p_l v^(l)_t; causal "
-                        "attention reads v~ in v's place; layer l stores (k^(l), v~^(l)); no parameters added",
+                        "k^(j)_t / sqrt(d)) over j in J(l) and l, v~^(l)_t = sum_(j in J(l)) p_j v~^(j)_t + p_l "
+                        "v^(l)_t; causal attention reads v~ in v's place; layer l stores (k^(l), v~^(l)); J(l): the "
+                        "layers j < l with (j - 1) mod options.stride = 0 (stride 1: all); no parameters added",
                 reference="Zeng, Hao, Wang et al. 2026 (Depth-Attention: Cross-Layer Value Mixing for Language "
-                          "Models, arXiv 2606.05014); reslab's reading of its abstract",
-                stream="depth", learned_scales=True)
+                          "Models, arXiv 2606.05014); the depth_softmax mode of a co-author's code "
+                          "(hyq718/Depth-Attention)",
+                stream="depth", learned_scales=True, options=DepthAttentionOptions, check=_depth_attention_check)
 
 
 # ---- inside the block (blocks/canon.py, blocks/altup.py) ----

@@ -20,7 +20,7 @@ from ..model.registry import DESIGNS
 from ..model.registry import resolve as resolve_model
 from ..model.spellings import identity_spelling
 from ..typed import INT_MAX, Typed, from_dict
-from .identity_defaults import BASELINE
+from .identity_defaults import BASELINE, OPTIONS_ADDED
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -212,7 +212,7 @@ def canonical(config: dict, baseline: dict | None = None, defaults: dict | None 
         baseline = BASELINE
     defaults = RunConfig().to_dict() if defaults is None else defaults
     if isinstance(config.get("model"), dict):
-        config = {**config, "model": identity_spelling(config["model"])}
+        config = {**config, "model": _without_added_options(identity_spelling(config["model"]))}
     out = {}
     for key, value in config.items():
         reference = baseline[key] if key in baseline else defaults.get(key, _MISSING)
@@ -226,6 +226,16 @@ def canonical(config: dict, baseline: dict | None = None, defaults: dict | None 
 
 
 _MISSING = object()
+
+
+def _without_added_options(model: dict) -> dict:
+    """[model] without the options its design gained after its first runs, where they hold the
+    default they were added with (identity_defaults.OPTIONS_ADDED)."""
+    options, added = model.get("options"), OPTIONS_ADDED.get(model.get("design"))
+    if not isinstance(options, dict) or not added:
+        return model
+    kept = {k: v for k, v in options.items() if not (k in added and v == added[k] and type(v) is type(added[k]))}
+    return {**model, "options": kept} if len(kept) < len(options) else model
 
 
 def config_hash(cfg: RunConfig) -> str:

@@ -144,3 +144,13 @@ BASELINE: dict = {
         "spike_threshold": 7.0,
     },
 }
+
+# Design options added to a design AFTER runs of it were recorded, each with the default it was
+# introduced with. The resolved config fills every option of a design with its default, so without
+# this a design that gains an option would change the identity of every earlier run of it.
+# canonical() leaves such an option out while it holds the value frozen here (the same rule as
+# BASELINE's: NEVER edit a value when the option's default changes). A design registered with its
+# options from the start needs no entry: its first runs already held them.
+OPTIONS_ADDED: dict = {
+    "depth-attention": {"stride": 1},  # 2026-12-07: the authors' code reads every stride-th layer
+}

@@ -58,24 +58,32 @@ kernel, so it is for the lab's small scales.
 
 Depth-Attention (Zeng, Hao, Wang, Song, Li, Song, Liu, He, Wang, Lin 2026, arXiv 2606.05014). A
 pre-ln block whose VALUES are mixed across depth before the sequence attention reads them: the
-query of token t in layer l first attends over the keys of the same token in layers 1..l, per head,
-and the mixed value takes the value's place (and its slot in the key-value cache):
+query of token t in layer l first attends over the keys of the same token in the layers J(l) it
+reads and in itself, per head, and the mixed value takes the value's place (and its slot in the
+key-value cache):
 
-    p_j     = softmax_j( q_t . k^(j)_t / sqrt(d) )          j = 1 .. l (earlier layers' keys and its own)
-    v~^(l)_t = sum_(j<l) p_j v~^(j)_t  +  p_l v^(l)_t       v~^(j): what layer j stored, v^(l): its own
+    p_j     = softmax_j( q_t . k^(j)_t / sqrt(d) )          j in J(l) and l (earlier keys and its own)
+    v~^(l)_t = sum_(j in J(l)) p_j v~^(j)_t  +  p_l v^(l)_t   v~^(j): what layer j stored, v^(l): its own
     o_t     = sum_(s<=t) softmax_s( q_t . k_s / sqrt(d) ) v~^(l)_s      the usual causal attention
     x = x + W_P o (N1(x));  x = x + M(N2(x));  layer l stores (k^(l), v~^(l))
+    J(l)    = { j < l : (j - 1) mod stride = 0 }                  (options.stride; 1: every j < l)
 
-      layer l:  N1(x) ── q, k, v ──┬── depth softmax over (k^(1..l-1), k) at each token ── v~ ──┐
+      layer l:  N1(x) ── q, k, v ──┬── depth softmax over (k^(J(l)), k) at each token ── v~ ──┐
                                    └── q, k ─────────────────────────────────── causal attention ─┴── W_P
 No parameter is added. Layer 1 has only its own key (p = 1): it is pre-ln's layer 1 (tested).
-Readings: only the abstract was readable here (the authors' code, LUMIA-Group/Depth-Attention, and
-the method section were not). reslab reads it as follows. (1) The layer's own key and value take
-part in the depth softmax, so a layer's fresh value is never dropped and layer 1 is well defined.
-(2) An earlier layer contributes the value its cache slot holds, its depth-mixed v~ (the abstract:
-"storing depth-mixed values in place of the original values", and nothing else is kept at
-inference). (3) The depth scores use the sequence scores' 1/sqrt(d), and with RoPE the unrotated
-q_t . k^(j)_t (one position: the rotations cancel, as for MoDA).
+Readings: the method section was not readable here; the formula follows the depth_softmax mode of a
+co-author's code (hyq718/Depth-Attention, modeling_llama_depth_attention.py, and its test of the
+mixing formula), which agrees with what reslab had read from the abstract: (1) the layer's own key
+and value take part in the depth softmax; (2) an earlier layer contributes the value its cache slot
+holds, its depth-mixed v~ (that code stores each layer's (k, v~) and reads them back); (3) the depth
+scores use 1/sqrt(d), q and k after RoPE (at one position the rotations cancel, as for MoDA). That
+code reads every stride-th earlier layer from the first (`depth_attention_stride`; its released 3B
+model: 48 layers, stride 24, so layers 1 and 25): options.stride here, 1 (every earlier layer) by
+default, the reading reslab's studies ran. Left out: its window of the few layers just before l
+(`depth_recent_window`, 0 in every released config), its k-norm after RoPE (reslab's qk_norm acts
+before it; the two agree while the norm's gain is uniform, as at init), its GQA pooling of queries
+for depth scores (reslab has no GQA), an optional norm of v~, and its other modes (head-0 scoring,
+cross-attention over whole layers).
 """
 
 from __future__ import annotations
@@ -88,6 +96,7 @@ from torch import nn
 
 from ..attention import CausalSelfAttention
 from ..config import ModelConfig
+from ..registry import design_options
 from . import base
 from .depth import DepthState, unit_rms, weighted_sum
 
@@ -174,8 +183,12 @@ class MoDABlock(base.Block):
         self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
         self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
 
+    def read(self, stored: tuple) -> tuple:
+        """The earlier layers' stored (k, v) this layer attends to: all of them."""
+        return stored
+
     def forward(self, state: DepthState) -> DepthState:
-        a, kv = self.depth_attention(self.attn, self.norm1(state.x), state.kv)
+        a, kv = self.depth_attention(self.attn, self.norm1(state.x), self.read(state.kv))
         h = self.attn_residual(state.x, a)
         x = self.mlp_residual(h, self.mlp(self.norm2(h)))
         return DepthState(x=x, sources=state.sources, kv=state.kv + (kv,))
@@ -201,3 +214,12 @@ class DepthAttentionBlock(MoDABlock):
     with the other attention across depth."""
 
     depth_attention = staticmethod(depth_mixed_attention)
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer)
+        self.stride = design_options(cfg, layer).stride
+
+    def read(self, stored: tuple) -> tuple:
+        """Layers 1, 1 + stride, 1 + 2 stride, ..., oldest first (stored[i] is layer i + 1's); every
+        layer stores its (k, v~) whether or not a later layer reads it."""
+        return stored[::self.stride]
