@@ -362,3 +362,126 @@ def test_the_design_speed_times_the_design_and_the_first_baseline_at_each_depth(
         line.design_todo = {depth: 0.0 for depth in line.design_todo}
     assert design_speed(plan, req, jobs=2) is None
     assert len(calls) == 2
+
+
+# ---- a row whose tuned rate did not hold is tuned again ---------------------------------------------
+def _tuning_seeds(spec, scale="cpu"):
+    """row name -> its tuning seeds, as planned."""
+    from reslab.spec.rows import row_name
+
+    out: dict[str, set] = {}
+    for r in tuning_runs(spec, [scale]):
+        point = {k: v for k, v in r.grid.items() if k != "optim.lr"}
+        out.setdefault(row_name(r.variant, {"depth": point["depth"], "warmup": point["warmup"]}), set()).add(r.seed)
+    return out
+
+
+def test_a_retuned_row_tunes_on_three_seeds_and_every_other_row_keeps_its_runs():
+    plain = card_specs(CardRequest("sas", against=("pre-ln", "post-ln")))[0]
+    again = card_specs(CardRequest("sas", against=("pre-ln", "post-ln"),
+                                   retune=(("sas", "L16", "w100"), ("post-ln", "L16", "none"))))[0]
+    before, after = _tuning_seeds(plain), _tuning_seeds(again)
+    assert after.pop("sas-depth=L16-warmup=w100") == {9001, 9002, 9003}
+    assert before.pop("sas-depth=L16-warmup=w100") == {9001}
+    assert after == before  # post-ln without warmup already tunes on 3 seeds (ln-placement's entry): unchanged
+    assert before["post-ln-depth=L16-warmup=none"] == {9001, 9002, 9003}
+    assert _ids(plain, "cpu") < _ids(again, "cpu")  # runs added, none changed: the store's runs all stay the card's
+
+
+def test_retuning_the_only_row_an_entry_of_the_regime_takes_drops_that_entry():
+    # post-ln at 4 and 16 layers without warmup: ln-placement's one entry takes both; retuning a pre-ln row
+    # adds an entry before it, and the regime's entry still takes its rows
+    spec = card_specs(CardRequest("post-ln", against=("pre-ln",), retune=(("pre-ln", "L4", "none"),)))[0]
+    assert [dict(e.match) for e in spec.tune.rows] == [{"variant": "pre-ln", "depth": "L4", "warmup": "none"},
+                                                       {"variant": "post-ln", "warmup": "none"}]
+
+
+def _tuning_report(held, chosen=0.01):
+    return {"lr": {"tuning": {"seeds": [9001], "rows": [
+        {"variant": "sas", "grid": {"depth": "L16", "warmup": "w100"}, "name": "sas-depth=L16-warmup=w100",
+         "chosen": chosen, "held": held, "seeds": [9001], "comparison": {"mean": 2.84, "n": 3, "not_beyond": 2}},
+        {"variant": "pre-ln", "grid": {"depth": "L16", "warmup": "w100"}, "name": "pre-ln-depth=L16-warmup=w100",
+         "chosen": chosen, "held": True, "seeds": [9001]}]}}}
+
+
+def test_unheld_rows_are_read_from_the_report():
+    from reslab.assess.run import unheld_rows
+
+    assert unheld_rows(_tuning_report(held=True)) == {}
+    assert unheld_rows(_tuning_report(held=None)) == {}  # nothing to judge yet
+    assert unheld_rows(_tuning_report(held=False)) == {("sas", "L16", "w100"): (
+        "sas-depth=L16-warmup=w100's tuned rate 0.01 did not hold: its 1 tuning seed(s) learned beyond the bigram "
+        "level there, 2 of its 3 comparison runs did not")}
+
+
+def test_an_unheld_row_is_the_reason_of_its_no_verdict_and_the_headline_says_it():
+    from reslab.assess.card import headline
+
+    report = _report(below=-0.358)
+    why = "sas-depth=L16-warmup=w100's tuned optim.lr = 0.01 did not hold: 2 of 3 comparison runs did not learn"
+    for c in report["claims"]:
+        if c["id"].endswith("L16") or c["id"] in ("improves-with-depth", "needs-warmup-L16", "warmup-free-L16"):
+            c.update(unheld=["sas-depth=L16-warmup=w100"], verdict="inconclusive",
+                     reason=f"{why}: no verdict (the test alone says inconclusive: because)")
+    (c4, c16) = comparison_section(CardRequest("sas"), report, is_result=True)
+    assert (c16["verdict"], c16["why"]) == ("no verdict", why)
+    d = depth_section(CardRequest("sas"), report, is_result=True)
+    assert d["depth"] == d["warmup"] == f"no verdict: {why}"
+    card = {"comparison": [c4, c16], "is_result": True, "depth": d}
+    lines = [l["text"] for l in headline(card)["lines"]]
+    assert lines[1].endswith(f"({why})")
+    assert lines[0].endswith("(sas-depth=L4-warmup=w100 ends 0.358 nats above the bigram level (a verdict needs its "
+                             "mean 0.3 below))")
+
+
+def test_the_lr_section_names_the_rows_tuned_again():
+    from reslab.assess.render import _lr_blocks
+
+    card = {"lr": {"values": [1e-3], "sensitivity": {}, "rows": [{"name": "sas-depth=L16-warmup=w100",
+                                                                 "curve": {1e-3: 2.1}, "chosen": 1e-3}],
+                   "retuned": {"rows": {"sas-depth=L16-warmup=w100": "its tuned rate 0.01 did not hold"},
+                               "seeds": {"sas-depth=L16-warmup=w100": [9001, 9002, 9003]}}}}
+    text = _lr_blocks(card)[-1][1]
+    assert text.startswith("Tuned again: ") and text.endswith(
+        "its tuned rate 0.01 did not hold (tuned again on seeds 9001, 9002, 9003).")
+
+
+def test_the_main_sweep_is_trained_again_once_with_the_unheld_rows_retuned():
+    from reslab.assess.run import main_sweep
+
+    req = CardRequest("sas", against=("pre-ln", "post-ln"))
+    spec = card_specs(req)[0]
+    post = {"variant": "post-ln", "grid": {"depth": "L16", "warmup": "none"}, "name": "post-ln-depth=L16-warmup=none",
+            "chosen": 1e-3, "held": False, "seeds": [9001, 9002, 9003], "comparison": {"n": 3, "not_beyond": 2}}
+
+    def run(reports):
+        trained, lines = [], []
+
+        def sweep(s):
+            trained.append(s)
+            return reports[len(trained) - 1]
+        return main_sweep(req, spec, sweep, lines.append), trained, lines
+
+    # every row held: one pass
+    (req1, spec1, report1, retuned), trained, lines = run([_tuning_report(held=True)])
+    assert (req1, spec1, retuned, len(trained), lines) == (req, spec, {}, 1, [])
+    # a row already on three tuning seeds did not hold: nothing to tune again, one pass
+    held_not = _tuning_report(held=True)
+    held_not["lr"]["tuning"]["rows"].append(post)
+    (req2, _, _, retuned), trained, _ = run([held_not])
+    assert (req2, retuned, len(trained)) == (req, {}, 1)
+    # sas at 16 layers did not hold: a second pass on the respecified sweep, and no third whatever it says
+    first = _tuning_report(held=False)
+    first["lr"]["tuning"]["rows"].append(post)
+    (req3, spec3, report3, retuned), trained, lines = run([first, _tuning_report(held=False)])
+    assert len(trained) == 2 and trained[1] is spec3 and report3 is not first
+    assert req3.retune == (("post-ln", "L16", "none"), ("sas", "L16", "w100"))
+    assert _tuning_seeds(spec3)["sas-depth=L16-warmup=w100"] == {9001, 9002, 9003}
+    assert retuned == {"rows": {"sas-depth=L16-warmup=w100": unheld_text()},
+                       "seeds": {"sas-depth=L16-warmup=w100": [9001, 9002, 9003]}}
+    assert lines == ["assess: " + unheld_text() + "; tuning that row again on 3 seeds"]
+
+
+def unheld_text():
+    return ("sas-depth=L16-warmup=w100's tuned rate 0.01 did not hold: its 1 tuning seed(s) learned beyond the "
+            "bigram level there, 2 of its 3 comparison runs did not")

@@ -66,6 +66,15 @@ def _short_regime(rows: list[dict]) -> str | None:
     return None
 
 
+def _unheld(claim: dict | None) -> str | None:
+    """Why a claim has no verdict because a row's tuned rate did not hold on its comparison seeds
+    (report/claims._unsettle), without the test's own reading; else None. It comes before the bigram
+    rule: a row that trains on one seed in three ends above the bigram level because of its rate."""
+    if not claim or not claim.get("unheld"):
+        return None
+    return (claim.get("reason") or "").split(": no verdict (the test alone says", 1)[0]
+
+
 def _three_way(better: dict | None, same: dict | None) -> str:
     if better is None:
         return "not tested"
@@ -97,6 +106,8 @@ def comparison_section(req: CardRequest, report: dict, is_result: bool) -> list[
             short = _short_regime([_row_summary(r) for r in rows])
             if not is_result:
                 entry["verdict"], entry["why"] = "smoke: not a result", "the smoke scale states no verdicts"
+            elif _unheld(better):
+                entry["verdict"], entry["why"] = "no verdict", _unheld(better)
             elif short:
                 entry["verdict"], entry["why"] = "no verdict", short
             else:
@@ -128,10 +139,10 @@ def depth_section(req: CardRequest, report: dict, is_result: bool) -> dict:
         else:
             warmup_word = "inconclusive"
         mine = table[req.label]
-        short = _short_regime([mine["L16-w100"], mine["L4-w100"]])
+        short = _unheld(deeper) or _short_regime([mine["L16-w100"], mine["L4-w100"]])
         if short:
             depth_word = f"no verdict: {short}"
-        short = _short_regime([mine["L16-w100"]])
+        short = _unheld(needs) or _short_regime([mine["L16-w100"]])
         if short:
             warmup_word = f"no verdict: {short}"
     return {"rows": table, "depth": depth_word, "warmup": warmup_word,
@@ -183,7 +194,8 @@ def headline(card: dict) -> dict:
             if _finite(c.get("p_holm")):
                 numbers += f", Holm p {c['p_holm']:.2g}"
         within = f" (within ±{EQUIVALENCE:g} nats)" if word == "equivalent" else ""
-        lines.append({"verdict": word, "text": f"vs {c['baseline']} at {c['depth']} layers{within}{numbers}"})
+        why = f" ({c['why']})" if word == "no verdict" and c.get("why") else ""  # the numbers alone read as a result
+        lines.append({"verdict": word, "text": f"vs {c['baseline']} at {c['depth']} layers{within}{numbers}{why}"})
     d = card["depth"]
     lines.append({"verdict": "depth", "text": d["depth"]})
     lines.append({"verdict": "warmup", "text": d["warmup"]})
@@ -228,7 +240,10 @@ def ladder_part(report: dict | None) -> dict | None:
 
 
 def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost: dict, stab: dict,
-               folder, wall_s: float | None = None, results=None, own_inits: dict | None = None) -> dict:
+               folder, wall_s: float | None = None, results=None, own_inits: dict | None = None,
+               retuned: dict | None = None) -> dict:
+    """retuned: {"rows": {row name: why}, "seeds": {row name: its tuning seeds}} for the rows whose
+    tuned rate did not hold on their comparison seeds and were tuned again (assess/run.py)."""
     from ..probe.plots import plot_all
     from ..spec.schema import NOT_A_RESULT, is_result_scale
     from .figure import FIGURE, draw_card_figure
@@ -248,7 +263,7 @@ def build_card(req: CardRequest, specs, reports: list[dict], signal: dict, cost:
         "reference": {k: reference.get(k) for k in ("unigram", "bigram")},
         "design": design_section(req, cost),
         "signal": {**signal_summary(signal, own_inits), "figures": signal_figures},
-        "lr": lr_section(main, reference.get("unigram")),
+        "lr": {**lr_section(main, reference.get("unigram")), "retuned": retuned or {"rows": {}, "seeds": {}}},
         "comparison": comparison_section(req, main, is_result),
         "depth": depth_section(req, main, is_result),
         "cost": cost,

@@ -87,11 +87,20 @@ def _lr_blocks(card: dict) -> list[tuple]:
     no_loss = [{float(k): why for k, why in (r.get("no_loss") or {}).items()} for r in lr["rows"]]
     rows = [[r["name"]] + [no.get(float(v)) or _f(c.get(float(v))) for v in values] + [_f(r.get("chosen"), "{:g}")]
             for r, c, no in zip(lr["rows"], curves, no_loss)]
+    retuned = lr.get("retuned") or {}
     b = [("h2", "3. Loss against learning rate"),
-         ("p", "Best validation loss of each row's tuning run at each learning rate (tuning seed 9001; "
-               "each row then trains its comparison seeds at the rate with the lowest loss; a rate the row "
-               "did not try is —, one whose run diverged says so)."),
+         ("p", "Best validation loss of each row's tuning run at each learning rate (tuning seed 9001, or the "
+               "mean over a row's own tuning seeds where it has several; each row then trains its comparison "
+               "seeds at the rate with the lowest loss; a rate the row did not try is —, one whose run diverged "
+               "says so)."),
          ("table", ["row"] + [f"{v:g}" for v in values] + ["chosen"], rows, "l" + "r" * (len(values) + 1))]
+    if retuned.get("rows"):
+        b.append(("p", "Tuned again: a row whose tuned rate did not hold on its comparison seeds (most of them did "
+                       "not learn beyond the bigram level there) tunes once more on several seeds, so that a rate "
+                       "at which it trains on some seeds only loses to one at which it trains on all; its table "
+                       "row above is the mean over them. "
+                 + "; ".join(f"{why} (tuned again on seeds {', '.join(map(str, retuned['seeds'].get(name, [])))})"
+                             for name, why in retuned["rows"].items()) + "."))
     if lr["sensitivity"]:
         b.append(("p", "Learning-rate sensitivity (Wortsman et al. 2023: mean over rates of min(loss, cap) minus "
                        f"the best, cap = the unigram level {_f(lr.get('cap'))}), mean over each design's rows: "

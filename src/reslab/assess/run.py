@@ -21,7 +21,8 @@ from ..errors import ReslabError
 from ..report.claims import MIN_N
 from ..spec.schema import SweepSpec, is_result_scale
 from ..spec.tune_plan import all_planned, most_extension_runs, tuning_runs
-from .plan import DEPTHS, INIT_BASELINES, PROBE_DEPTHS, WARM, CardRequest, card_specs, settings_text
+from .plan import (DEPTHS, INIT_BASELINES, PROBE_DEPTHS, RETUNE_SEEDS, WARM, CardRequest, card_specs,
+                   settings_text)
 
 SMOKE_PROBE_DEPTHS = (2, 4, 8)
 
@@ -68,6 +69,10 @@ class CardPlan:
                 if line.extension else ""
             out.append(f"  sweep {line.name}: {line.tuning} tuning + {line.later or line.runs - line.tuning} "
                        f"comparison runs{more}; {line.finished} already in the store; {cost}")
+        if self.specs[0].tune is not None:
+            out.append(f"  retune: a row whose tuned rate does not hold on most of its comparison seeds tunes once "
+                       f"more on {RETUNE_SEEDS} seeds ({RETUNE_SEEDS - 1} more runs per rate it tried; not in the "
+                       "estimate)")
         seeds = self._seeds()
         if seeds < MIN_N and is_result_scale(req.scale):
             out.append(f"  seeds: {seeds} per row; a verdict needs at least {MIN_N}, so this card will show "
@@ -225,15 +230,24 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
         log(line)
     folder = store.root / "cards" / f"{req.label}-{req.scale}"
     folder.mkdir(parents=True, exist_ok=True)
-    reports, results = [], []
-    for spec in plan.specs:
-        results.append(run_sweep(spec, store, jobs=jobs, scales=[req.scale], log=log,
-                                 source=f"reslab assess {req.label} (scale {req.scale})",
-                                 stack=stack, stack_size=stack_size))
+    results: dict = {}  # sweep name -> its SweepResult over this call (a retuned main sweep runs twice)
+
+    def sweep(spec):
+        result = run_sweep(spec, store, jobs=jobs, scales=[req.scale], log=log,
+                           source=f"reslab assess {req.label} (scale {req.scale})", stack=stack, stack_size=stack_size)
+        if spec.name in results:  # its second pass finds the first pass's runs finished: they were not in the store
+            first = results[spec.name]
+            result.skipped, result.statuses = first.skipped, {**first.statuses, **result.statuses}
+        results[spec.name] = result
         report, out = build_report(store, spec.name, scale=req.scale, out_dir=folder / "sweeps" / spec.name,
                                    probe=False)
         write_report(report, out)
-        reports.append(report)
+        return report
+
+    specs = list(plan.specs)
+    req, specs[0], main_report, retuned = main_sweep(req, specs[0], sweep, log)
+    reports = [main_report] + [sweep(spec) for spec in specs[1:]]
+    plan = dataclasses.replace(plan, specs=specs)
     main = plan.specs[0]
     log("assess: signal propagation at initialisation")
     models = probe_models(main, req)
@@ -246,9 +260,63 @@ def assess(req: CardRequest, store, jobs: int | None = None, stack: str = "auto"
     unigram = (reports[0].get("reference") or {}).get("unigram")
     stab = stability(store, main.name, req.scale, unigram)
     card = build_card(req, plan.specs, reports, signal, cost, stab, folder,
-                      wall_s=time.time() - t0, results=results, own_inits=own_inits(models))
+                      wall_s=time.time() - t0, results=list(results.values()), own_inits=own_inits(models),
+                      retuned=retuned)
     write_card(card, folder)
     return card, folder
+
+
+def main_sweep(req: CardRequest, spec: SweepSpec, sweep, log) -> tuple[CardRequest, SweepSpec, dict, dict]:
+    """Train the main sweep (sweep(spec) -> its report), then once more if some rows' tuned rates did not
+    hold on their comparison seeds: those rows tune again on RETUNE_SEEDS seeds (plan.retune_entries)
+    and train their comparison seeds at the rate the mean over them picks. Once only: a row whose new
+    rate does not hold either is reported as such (its claims stay without a verdict).
+    Returns (the request with its retuned rows, the main spec as last trained, its report,
+    {"rows": {row name: why}, "seeds": {row name: tuning seeds}} of the rows tuned again)."""
+    report = sweep(spec)
+    unheld = unheld_rows(report)
+    if not unheld:
+        return req, spec, report, {}
+    again = dataclasses.replace(req, retune=tuple(sorted(set(req.retune) | set(unheld))))
+    respec = card_specs(again)[0]
+    before, after = _row_seeds(spec, unheld), _row_seeds(respec, unheld)
+    changed = {r: why for r, why in unheld.items() if before[r] != after[r]}  # not rows already on several seeds
+    if not changed:
+        return req, spec, report, {}
+    for why in changed.values():
+        log(f"assess: {why}; tuning that row again on {RETUNE_SEEDS} seeds")
+    retuned = {"rows": {_row(r): why for r, why in changed.items()}, "seeds": {_row(r): after[r] for r in changed}}
+    return again, respec, sweep(respec), retuned
+
+
+def unheld_rows(report: dict) -> dict[tuple, str]:
+    """(variant, depth, warmup) -> why, for each row of the main sweep whose tuned rate did not hold:
+    its tuning seeds learned beyond the bigram level there, most of its comparison runs did not
+    (report/tuning.check_held's rule, the one that makes its claims inconclusive)."""
+    tuning = (report.get("lr") or {}).get("tuning") or {}
+    out = {}
+    for r in tuning.get("rows") or []:
+        grid = r.get("grid") or {}
+        if r.get("held") is False and "depth" in grid and "warmup" in grid:
+            comp, seeds = r.get("comparison") or {}, len(r.get("seeds") or tuning.get("seeds") or [])
+            out[(r["variant"], grid["depth"], grid["warmup"])] = (
+                f"{r['name']}'s tuned rate {r['chosen']:g} did not hold: its {seeds} tuning seed(s) learned "
+                f"beyond the bigram level there, {comp.get('not_beyond')} of its {comp.get('n')} comparison runs "
+                "did not")
+    return out
+
+
+def _row(row: tuple) -> str:
+    """(variant, depth, warmup) -> the row's name in the report (sas-depth=L16-warmup=w100)."""
+    from ..spec.rows import row_name
+
+    return row_name(row[0], {"depth": row[1], "warmup": row[2]})
+
+
+def _row_seeds(spec: SweepSpec, rows) -> dict[tuple, list[int]]:
+    from ..spec.tune import row_seeds
+
+    return {r: row_seeds(spec.tune, r[0], {"depth": r[1], "warmup": r[2]}) for r in rows}
 
 
 def cost_timing(req: CardRequest) -> dict:  # public: bench/bench_cost_noise.py measures with it
