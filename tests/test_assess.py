@@ -388,12 +388,26 @@ def test_a_retuned_row_tunes_on_three_seeds_and_every_other_row_keeps_its_runs()
     assert _ids(plain, "cpu") < _ids(again, "cpu")  # runs added, none changed: the store's runs all stay the card's
 
 
-def test_retuning_the_only_row_an_entry_of_the_regime_takes_drops_that_entry():
+def test_a_retune_entry_comes_first_and_the_regimes_entry_keeps_its_rows():
     # post-ln at 4 and 16 layers without warmup: ln-placement's one entry takes both; retuning a pre-ln row
     # adds an entry before it, and the regime's entry still takes its rows
     spec = card_specs(CardRequest("post-ln", against=("pre-ln",), retune=(("pre-ln", "L4", "none"),)))[0]
     assert [dict(e.match) for e in spec.tune.rows] == [{"variant": "pre-ln", "depth": "L4", "warmup": "none"},
                                                        {"variant": "post-ln", "warmup": "none"}]
+
+
+def test_a_regime_entry_left_without_rows_is_dropped_and_its_values_kept():
+    from reslab.assess.plan import retune_entries
+
+    data = {"variants": {"sas": {}, "pre-ln": {}},
+            "tune": {"seeds": [9001], "values": [1e-3, 1e-2],
+                     "rows": [{"match": {"variant": "sas", "depth": "L16"}, "values": [3e-4, 1e-3]}]}}
+    retune_entries(data, CardRequest("sas", retune=(("sas", "L16", "w100"), ("sas", "L16", "none"))))
+    assert data["tune"]["rows"] == [
+        {"match": {"variant": "sas", "depth": "L16", "warmup": w}, "seeds": [9001, 9002, 9003], "values": [3e-4, 1e-3]}
+        for w in ("w100", "none")]
+    retune_entries(data, CardRequest("sas", retune=(("sas", "L16", "w100"),)))  # already on 3 seeds: unchanged
+    assert len(data["tune"]["rows"]) == 2
 
 
 def _tuning_report(held, chosen=0.01):
