@@ -379,7 +379,7 @@ def _options(name, opts, **_):
         if _range_only(cls, field_name):
             _same_function(name, f"options.{field_name}", base, probe)
             continue
-        # an option that picks layers (depth-attention's stride) may act only below the second layer
+        # an option that picks layers (depth-attention's stride) may act only from the third layer on
         if not _effect(base, probe) and not _effect(small_config(name, DEEP_PROBE_LAYERS, options=opts),
                                                     small_config(name, DEEP_PROBE_LAYERS, options=new_opts)):
             _fail(name, "options", f"options.{field_name} = {new_opts[field_name]!r} changes nothing at 2 or "
