@@ -4,6 +4,7 @@
 # the last column is "clean" when the study trained every run it planned and "shared" when it found
 # some already finished in the store (they cost it nothing, so its wall time is not a clean store's).
 # The README's and docs' study sections are written from OUT by `python bench/study_docs.py OUT`.
+# A study that fails does not stop the ones after it; the script then exits 1 naming each failed study.
 #   bash bench/run_studies.sh OUT [study ...]          SCALE=smoke|cpu|paper to choose the scale
 set -euo pipefail
 # shellcheck source=bench/walls.sh
@@ -11,14 +12,25 @@ source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_studies.sh OUT [study ...]}
 shift
 scale=${SCALE:-cpu}
+if ! command -v reslab > /dev/null; then
+  echo "run_studies.sh: reslab is not on PATH (activate the virtual environment it was installed into)" >&2
+  exit 2
+fi
 studies=("$@")
 if [ ${#studies[@]} -eq 0 ]; then
   mapfile -t studies < <(reslab study list | grep -v '^ ')
 fi
 mkdir -p "$out"
+failed=()
 for name in "${studies[@]}"; do
   start=$(date +%s)
-  reslab study run "$name" --scale "$scale" --store "$out/store" 2> "$out/$name.log" | tail -1 > "$out/$name.path" || true
+  # pipefail: the pipeline fails when the study does, and the next study still runs
+  reslab study run "$name" --scale "$scale" --store "$out/store" 2> "$out/$name.log" | tail -1 > "$out/$name.path" \
+    || failed+=("$name")
   record_wall "$out" "$name" "$start" "$scale"
   tail -n 30 "$out/$name.log"
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "run_studies.sh: ${#failed[@]} of ${#studies[@]} studies failed: ${failed[*]} (their logs: $out/NAME.log)" >&2
+  exit 1
+fi

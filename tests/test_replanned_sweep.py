@@ -85,3 +85,47 @@ def test_stability_counts_the_planned_runs_only(replanned):
     tmp, store, new = replanned
     counts = stability(store, "pr", "", unigram=None)["designs"]
     assert {v: d["runs"] for v, d in counts.items()} == {"full": 1, "none": 1}
+
+
+def test_load_runs_marks_an_earlier_plans_run_as_not_planned(replanned):
+    """load_runs lists every membership slot; a slot whose planned run has not trained yet still holds
+    the earlier plan's run, marked planned False, so planned=True gives the runs a report reads."""
+    pytest.importorskip("pandas")
+    from reslab.results import load_runs
+
+    tmp, store, new = replanned
+    store.close()
+    frame = load_runs(store.root, spec="pr")
+    by_slot = {(r.variant, r.seed): (r.id, r.planned, r.best_val_loss) for r in frame.itertuples()}
+    new_ids = {(r.variant, r.seed): r.id for r in new}
+    for (variant, seed), (run_id, planned, best) in by_slot.items():
+        assert planned is (run_id == new_ids[(variant, seed)])
+        assert (planned, best) == ((True, 1.2) if seed == 1 else (False, 1.5))
+    current = load_runs(store.root, spec="pr", planned=True)
+    assert sorted(current["id"]) == sorted(r.id for r in new if r.seed == 1)
+    assert len(load_runs(store.root, spec="pr", planned=False)) == 4
+    with pytest.raises(Exception, match="planned: expected True, False or None, got 'yes'"):
+        load_runs(store.root, planned="yes")
+
+
+def test_runs_listing_and_export_name_an_earlier_plans_run(replanned, capsys, tmp_path):
+    """`reslab runs` says which listed runs an earlier plan trained; --json and export carry the column."""
+    import csv
+
+    from reslab.cli import main
+
+    tmp, store, new = replanned
+    store.close()
+    assert main(["runs", "--store", str(store.root), "--spec", "pr"]) in (0, None)
+    lines = capsys.readouterr().out.splitlines()
+    earlier = [line for line in lines if line.endswith("(an earlier plan's run: its sweep now plans another here)")]
+    assert len(lines) == 6 and len(earlier) == 4
+    assert not any(r.id in line for r in new for line in earlier)
+    assert main(["runs", "--store", str(store.root), "--spec", "pr", "--json"]) in (0, None)
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["planned"] for r in rows) == [False] * 4 + [True] * 2
+    assert main(["runs", "export", str(tmp_path / "out"), "--store", str(store.root), "--spec", "pr",
+                 "--no-curves"]) in (0, None)
+    with open(tmp_path / "out" / "runs.csv") as f:
+        exported = list(csv.DictReader(f))
+    assert sorted(r["planned"] for r in exported) == ["False"] * 4 + ["True"] * 2

@@ -39,6 +39,7 @@ def test_train_lists_its_run_and_load_runs_reads_it(trained):
     root, runs = trained
     frame = reslab.load_runs(root / "store")
     assert len(frame) == 4 and set(frame["spec"].isna()) == {True}  # single runs belong to no sweep
+    assert set(frame["planned"].isna()) == {True}  # and no sweep's plan names them
     assert sorted(zip(frame["design"], frame["seed"])) == sorted(runs)
     assert set(frame["status"]) == {"completed"} and (frame["best_val_loss"] > 0).all()
     assert {"model.n_layer", "optim.lr", "train.steps", "params", "tokens_per_s", "wall_s"} <= set(frame.columns)

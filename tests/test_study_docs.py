@@ -433,6 +433,32 @@ def test_run_studies_records_whether_the_store_was_clean(docs, tmp_path):
     assert docs.read_walls(out / "walls.tsv")[("partial-residual", "smoke")][2] == "shared"
 
 
+def test_run_studies_names_a_failed_study_and_still_runs_the_rest(tmp_path):
+    """A study that fails (here an unknown name) is recorded and named in one line, the script exits 1
+    after running the others; without `reslab` on PATH it stops at once with exit 2 and writes nothing."""
+    import os
+    import shutil as sh
+
+    script, out = str(ROOT / "bench" / "run_studies.sh"), tmp_path / "out"
+    done = subprocess.run(["bash", script, str(out), "no-such-study", "partial-residual"], cwd=tmp_path,
+                          env={**os.environ, "SCALE": "smoke"}, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert "run_studies.sh: 1 of 2 studies failed: no-such-study" in done.stderr
+    assert "unknown study 'no-such-study'" in (out / "no-such-study.log").read_text()
+    assert [line.split("\t")[0] for line in (out / "walls.tsv").read_text().splitlines()] == \
+        ["no-such-study", "partial-residual"]
+    assert (out / "partial-residual.path").read_text().strip()  # the study after the failed one ran
+    bare = "/usr/bin:/bin"
+    if sh.which("reslab", path=bare):
+        pytest.skip("reslab is installed system-wide here")
+    done = subprocess.run(["bash", script, str(tmp_path / "none"), "partial-residual"], cwd=tmp_path,
+                          env={**os.environ, "PATH": bare}, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("run_studies.sh: reslab is not on PATH (activate the virtual environment "
+                                   "it was installed into)")
+    assert not (tmp_path / "none").exists()
+
+
 def test_the_committed_studies_page_is_the_one_the_archived_reports_give(docs, tmp_path):
     """docs/studies.md regenerated from docs/studies/reports/*.json alone equals the committed file
     byte for byte, so a hand edit inside the generated region (a verdict count, a table cell) fails

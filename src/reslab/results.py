@@ -8,10 +8,14 @@
 load_runs: one row per (run, sweep membership); a run trained by `reslab train` has spec None.
     columns  spec, variant, scale, seed, grid (JSON text), id, status, design, step, steps,
              best_val_loss, final_val_loss, last_train_loss, spike_score_loss, params, tokens_per_s,
-             wall_s, started_at, finished_at, error, path; then every config field flattened,
+             wall_s, started_at, finished_at, error, path, planned; then every config field flattened,
              e.g. "model.n_layer", "optim.lr" (run identities, not display names: "name" is left out)
-    filters  spec, variant, scale, status, design, seed, and any flattened config field given as
-             a dict: load_runs(store, **{"model.n_layer": 16}) (or model__n_layer=16)
+    planned  True when the sweep's current plan names the run, False when an earlier plan of the
+             sweep trained it (its spec was edited, a row re-tuned) and the run now planned in its
+             slot has not trained yet, None for a run in no sweep. Reports read planned runs only;
+             load_runs(store, spec=..., planned=True) gives what a report would.
+    filters  spec, variant, scale, status, design, seed, planned, and any flattened config field
+             given as a dict: load_runs(store, **{"model.n_layer": 16}) (or model__n_layer=16)
 load_curves: long format, one row per (run, step, metric): spec, variant, scale, seed, id, design,
     step, metric, value; the same filters, plus metric= (one name or a list).
 
@@ -31,8 +35,9 @@ from .errors import ReslabError
 INDEX_COLUMNS = ("spec", "variant", "scale", "seed", "grid", "id", "status", "design", "step", "steps",
                  "best_val_loss", "final_val_loss", "last_train_loss", "spike_score_loss", "params",
                  "tokens_per_s", "wall_s", "started_at", "finished_at", "error", "path")
+FRAME_COLUMNS = INDEX_COLUMNS + ("planned",)  # planned: from the sweep's record, not the index
 CURVE_METRICS = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
-_INDEX_FILTERS = ("spec", "variant", "scale", "status", "design", "seed")
+_INDEX_FILTERS = ("spec", "variant", "scale", "status", "design", "seed", "planned")
 
 
 def _pandas():
@@ -70,10 +75,12 @@ def _rows(store, filters: dict) -> list[dict]:
 
     config_filters = {k.replace("__", "."): v for k, v in filters.items() if k not in _INDEX_FILTERS}
     index = {k: filters[k] for k in ("spec", "variant", "scale", "status") if k in filters}
+    if filters.get("planned", True) not in (True, False, None):
+        raise ReslabError(f"planned: expected True, False or None, got {filters['planned']!r}")
     rows, fields_seen = [], set()
     db = Store(store_root(store))
     try:
-        for r in db.runs(**index):
+        for r in db.mark_planned(db.runs(**index)):
             if "design" in filters and r.get("design") != filters["design"]:
                 continue
             if "seed" in filters and r.get("seed") != filters["seed"]:
@@ -83,7 +90,9 @@ def _rows(store, filters: dict) -> list[dict]:
             fields_seen.update(config)
             if any(config.get(k, _MISSING) != v for k, v in config_filters.items()):
                 continue
-            row = {c: r.get(c) for c in INDEX_COLUMNS}
+            row = {c: r.get(c) for c in FRAME_COLUMNS}
+            if "planned" in filters and row["planned"] != filters["planned"]:
+                continue
             if row["seed"] is None:  # a run in no sweep: its own seed
                 row["seed"] = config.get("train.seed")
             row.update(config)
@@ -106,7 +115,7 @@ def load_runs(store: str | Path | None = None, **filters):
     rows = _rows(store, filters)
     frame = pandas.DataFrame(rows)
     if frame.empty:
-        return pandas.DataFrame(columns=list(INDEX_COLUMNS))
+        return pandas.DataFrame(columns=list(FRAME_COLUMNS))
     return frame
 
 

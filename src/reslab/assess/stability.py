@@ -53,9 +53,7 @@ def _finite(x) -> bool:
 def _planned_rows(store, name: str, scale: str) -> list[dict]:
     """The index rows of the runs the sweep's record plans now at `scale` (none before it first ran):
     a run an earlier plan of the sweep trained (another tuned rate, an edited spec) is not the card's."""
-    if not (store.specs_dir / f"{name}.json").is_file():
-        return []
-    planned = {m.id for m in store.spec_record(name).runs_at(scale)}
+    planned = store.planned_ids(name) or set()
     return [r for r in store.runs(spec=name, scale=scale) if r.get("id") in planned]
 
 

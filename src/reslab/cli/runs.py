@@ -28,7 +28,7 @@ def _indexed_runs(args) -> list[dict]:
         if args.spec not in known:
             raise ReslabError(f"--spec {args.spec!r}: no sweep of that name in {store.root} "
                               f"(it has: {', '.join(known) or 'none'})")
-    return store.runs(spec=args.spec, variant=args.variant, status=args.status)
+    return store.mark_planned(store.runs(spec=args.spec, variant=args.variant, status=args.status))
 
 
 def cmd_runs(args) -> None:
@@ -42,8 +42,9 @@ def cmd_runs(args) -> None:
         if spec is None:  # a single run of `reslab train`: no sweep, its design and its own seed
             spec, variant = "(train)", r.get("design")
             seed = (json.loads(r.get("config") or "{}").get("train") or {}).get("seed")
+        earlier = "  (an earlier plan's run: its sweep now plans another here)" if r["planned"] is False else ""
         print(f"{r['id']}  {r['status'] or '-':<11} {str(spec):<20} {str(variant):<18} "
-              f"seed {str(seed):<6} best {best:<8} {r['path']}")
+              f"seed {str(seed):<6} best {best:<8} {r['path']}{earlier}")
     print(f"{len(rows)} runs", file=sys.stderr)
 
 

@@ -12,7 +12,7 @@ from ..fileio import JsonlLog, atomic_path, write_text
 
 RUN_FIELDS = ("spec", "variant", "scale", "grid", "seed", "id", "status", "design", "step", "steps",
               "best_val_loss", "final_val_loss", "last_train_loss", "spike_score_loss", "params",
-              "tokens_per_s", "wall_s", "error", "path")
+              "tokens_per_s", "wall_s", "error", "path", "planned")
 CURVE_FIELDS = ("spec", "variant", "scale", "seed", "id", "step", "train_loss", "val_loss", "lr", "grad_norm",
                 "tokens_per_s")
 

@@ -236,6 +236,31 @@ class Store:
                 self.add_members(m["id"], [{k: m[k] for k in keys}])
 
     # ---- specs ----
+    def planned_ids(self, name: str) -> set[str] | None:
+        """The run identities the sweep's record plans now, at every scale it ran (None when the store
+        has no record of it). A run of the sweep not among them was planned by an earlier plan of it
+        (an edited spec, a row re-tuned to another value): it is kept in its folder, and its membership
+        slot is the planned run's once that one trains. Readers of a sweep's results go by these ids."""
+        if not (self.specs_dir / f"{name}.json").is_file():
+            return None
+        return {r.id for r in self.spec_record(name).runs}
+
+    def mark_planned(self, rows: list[dict]) -> list[dict]:
+        """Each index row with "planned": True when its sweep's current plan names the run, False for
+        an earlier plan's run still holding its slot, None for a run in no sweep, or of a sweep whose
+        record is missing or damaged (a listing still lists; the report names the damage)."""
+        plans: dict[str, set[str] | None] = {}
+        for row in rows:
+            spec = row.get("spec")
+            if spec is not None and spec not in plans:
+                try:
+                    plans[spec] = self.planned_ids(spec)
+                except ReslabError:
+                    plans[spec] = None
+            ids = plans.get(spec) if spec is not None else None
+            row["planned"] = None if ids is None else row.get("id") in ids
+        return rows
+
     def save_spec(self, name: str, data: dict) -> Path:
         path = self.specs_dir / f"{name}.json"
         write_json(path, data)
