@@ -444,6 +444,9 @@ def test_an_unheld_row_is_the_reason_of_its_no_verdict_and_the_headline_says_it(
     card = {"comparison": [c4, c16], "is_result": True, "depth": d}
     lines = [l["text"] for l in headline(card)["lines"]]
     assert lines[1].endswith(f"({why})")
+    assert lines[2:] == ["no verdict, for the reason given above"] * 2  # the long reason once, not 3 times
+    d2 = dict(d, warmup="no verdict: sas-depth=L16-warmup=w100 has no completed run")
+    assert headline(dict(card, depth=d2))["lines"][3]["text"] == d2["warmup"]  # a new reason is given whole
     assert lines[0].endswith("(sas-depth=L4-warmup=w100 ends 0.358 nats above the bigram level (a verdict needs its "
                              "mean 0.3 below))")
 

@@ -197,8 +197,12 @@ def headline(card: dict) -> dict:
         why = f" ({c['why']})" if word == "no verdict" and c.get("why") else ""  # the numbers alone read as a result
         lines.append({"verdict": word, "text": f"vs {c['baseline']} at {c['depth']} layers{within}{numbers}{why}"})
     d = card["depth"]
-    lines.append({"verdict": "depth", "text": d["depth"]})
-    lines.append({"verdict": "warmup", "text": d["warmup"]})
+    for word in ("depth", "warmup"):
+        text = d[word]
+        reason = text.removeprefix("no verdict: ")
+        if reason != text and any(reason in ln["text"] for ln in lines):  # an unheld rate's long reason, once
+            text = "no verdict, for the reason given above"
+        lines.append({"verdict": word, "text": text})
     if card.get("ladder") and card["ladder"].get("trends"):
         for t in card["ladder"]["trends"]:
             lines.append({"verdict": "trend", "text": t})
