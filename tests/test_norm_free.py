@@ -462,3 +462,98 @@ def test_speedrun_lambdas_refusals_are_one_line(fields, needle):
     with pytest.raises(ConfigError) as e:
         reslab.build_model("speedrun-lambdas", n_layer=2, n_embd=C, n_head=2, block_size=8, vocab_size=11, **fields)
     assert len(e.value.errors) == 1 and e.value.errors[0].startswith(needle), e.value.errors
+
+
+# ---------------------------------------------------------------------------------------------
+# DyT's LLaMA recipe (the authors' LLaMA code, other_tasks/LLaMA in jiachenzhu/DyT): alpha starts
+# at attn_alpha_init_value in the norm before attention, ffn_ / dec_alpha_init_value in the one
+# before the MLP and the final one; the token embedding times one learned scalar, sqrt(C) at init
+# ---------------------------------------------------------------------------------------------
+RECIPE = dict(norm="dyt", bias=False, dyt_alpha_attn=0.8, dyt_alpha_mlp=0.2, dyt_alpha_final=0.2,
+              embed_scale="learned")
+
+
+def dyt_nobias(mod, x):
+    """gamma tanh(alpha x): the LLaMA code's LayerNormParameterized (no beta), alpha one scalar."""
+    assert mod.alpha.shape == () and mod.weight.shape == (C,) and mod.bias is None
+    return mod.weight * torch.tanh(mod.alpha * x)
+
+
+def test_dyt_llama_recipe_whole_model_against_its_equations():
+    L = 2
+    model = make("pre-ln", L=L, **RECIPE)
+    idx = token_input()
+    s = model.embed_scale.scale
+    assert s.shape == () and s.item() != 1.0  # randomised, so a missing scale would show
+    with torch.no_grad():
+        h = s * model.wte.weight[idx] + model.wpe.weight[: idx.shape[1]]
+        for blk in model.blocks:
+            h = h + A(Ref(), blk.attn, dyt_nobias(blk.norm1, h))
+            h = h + M(Ref(), blk.mlp, dyt_nobias(blk.norm2, h))
+        ref = dyt_nobias(model.stream.final_norm, h) @ model.wte.weight.T
+        out = model(idx)
+        torch.testing.assert_close(out, ref, **TOL)
+        # controls: the embedding unscaled; the scale after the positions are added
+        h0 = ref_embed(model, idx)
+        for blk in model.blocks:
+            h0 = h0 + A(Ref(), blk.attn, dyt_nobias(blk.norm1, h0))
+            h0 = h0 + M(Ref(), blk.mlp, dyt_nobias(blk.norm2, h0))
+        assert_differs(out, dyt_nobias(model.stream.final_norm, h0) @ model.wte.weight.T)
+        h1 = s * ref_embed(model, idx)
+        for blk in model.blocks:
+            h1 = h1 + A(Ref(), blk.attn, dyt_nobias(blk.norm1, h1))
+            h1 = h1 + M(Ref(), blk.mlp, dyt_nobias(blk.norm2, h1))
+        assert_differs(out, dyt_nobias(model.stream.final_norm, h1) @ model.wte.weight.T)
+
+
+def test_dyt_llama_recipe_initial_values_sit_where_the_code_puts_them():
+    kw = dict(n_layer=3, n_embd=C, n_head=2, block_size=8, vocab_size=11)
+    model = reslab.build_model("pre-ln", **RECIPE, **kw)
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    for blk in model.blocks:
+        assert blk.norm1.alpha == f32(0.8) and blk.norm2.alpha == f32(0.2)
+        assert (blk.norm1.weight == 1).all() and blk.norm1.bias is None
+    assert model.stream.final_norm.alpha == f32(0.2)
+    assert model.embed_scale.scale == f32(C ** 0.5)
+    # one field alone: the others keep dyt_alpha; without the recipe there is no scale parameter
+    one = reslab.build_model("pre-ln", norm="derf", dyt_alpha=0.3, dyt_alpha_mlp=0.1, **kw)
+    assert [b.norm1.alpha.item() for b in one.blocks] == [pytest.approx(0.3)] * 3
+    assert [b.norm2.alpha.item() for b in one.blocks] == [pytest.approx(0.1)] * 3
+    assert one.stream.final_norm.alpha.item() == pytest.approx(0.3) and one.embed_scale is None
+    assert not any("embed_scale" in n for n, _ in one.named_parameters())
+    # the scale is one more parameter, counted outside the embedding, and never weight-decayed
+    from reslab.train.config import OptimConfig
+    from reslab.train.optim import parameter_groups
+
+    assert model.param_counts()["total"] == reslab.build_model("pre-ln", norm="dyt", bias=False, **kw) \
+        .param_counts()["total"] + 1
+    decay, no_decay = parameter_groups(model, OptimConfig())
+    assert "embed_scale.scale" in no_decay and "embed_scale.scale" not in decay
+
+
+def test_embed_scale_reaches_any_single_stream_design():
+    """embed_scale is a [model] field: post-ln with it is post-ln on s E[token] + P[position]."""
+    model = make("post-ln", L=1, embed_scale="learned")
+    plain = make("post-ln", L=1)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("embed_scale.")})
+    idx = token_input()
+    with torch.no_grad():
+        assert_differs(model(idx), plain(idx))
+        model.embed_scale.scale.fill_(1.0)
+        torch.testing.assert_close(model(idx), plain(idx), **TOL)  # s = 1: the same model (same seeds)
+
+
+@pytest.mark.parametrize("fields, needle", [
+    (dict(design="post-ln", norm="dyt", dyt_alpha_attn=0.8), "model.dyt_alpha_attn: sets the alpha of pre-ln's"),
+    (dict(norm="layernorm", dyt_alpha_mlp=0.2), "model.dyt_alpha_mlp: only norm = 'dyt' or 'derf' has alpha"),
+    (dict(norm="dyt", dyt_alpha_final=-1.0), "model.dyt_alpha_final: must be a positive finite number, got -1.0"),
+    (dict(norm="dyt", dyt_alpha_attn=float("inf")), "model.dyt_alpha_attn: must be a positive finite number"),
+    (dict(norm="dyt", dyt_alpha_attn=0.8, layer_designs={"1": "post-ln"}), "with layer_designs"),
+    (dict(design="ngpt", embed_scale="learned"), "model.embed_scale: ngpt puts the embedding on the unit sphere"),
+    (dict(embed_scale="fixed"), "model.embed_scale:"),
+])
+def test_dyt_llama_recipe_refusals_are_one_line(fields, needle):
+    fields = {"design": "pre-ln", **fields}
+    with pytest.raises(ConfigError) as e:
+        reslab.build_model(fields.pop("design"), n_layer=2, n_embd=C, n_head=2, block_size=8, vocab_size=11, **fields)
+    assert len(e.value.errors) == 1 and needle in e.value.errors[0], e.value.errors

@@ -60,7 +60,9 @@ def _assert_same_curves(a, b, rel=1e-4):
     {"model.design": "sas-p", "train.steps": 20},                    # shaped attention, learned scalars
     {"model.prores": "linear", "model.prores_warmup": 4, "train.steps": 20},   # alphas change every step
     {"model.tie_weights": False, "train.grad_accum": 2, "train.steps": 20},
-], ids=["pre-ln", "resi-dual", "sas-p", "prores", "untied+accum"])
+    {"model.norm": "dyt", "model.bias": False, "model.dyt_alpha_attn": 0.8, "model.dyt_alpha_mlp": 0.2,
+     "model.embed_scale": "learned", "train.steps": 20},              # 0-d parameters: alphas, the scale
+], ids=["pre-ln", "resi-dual", "sas-p", "prores", "untied+accum", "dyt-llama"])
 def test_each_stacked_seed_equals_its_separate_run(tmp_path, overrides):
     cfgs = _configs(tmp_path, **overrides)
     results = train_stacked(cfgs, [tmp_path / f"stacked{s}" for s in SEEDS], **QUIET)

@@ -49,6 +49,7 @@ OPTION_PROBES = [
     ("branch_scale", {}, {"branch_scale": "scalar"}),
     ("branch_scale_init", {"branch_scale": "scalar"}, {"branch_scale_init": 0.5}),
     ("dyt_alpha", {"norm": "dyt"}, {"dyt_alpha": 1.0}),
+    ("embed_scale", {}, {"embed_scale": "learned"}),
     ("value_residual", {}, {"value_residual": True}),
     ("value_residual_init", {"value_residual": True}, {"value_residual_init": 0.9}),
     ("residual_attention", {}, {"residual_attention": True}),

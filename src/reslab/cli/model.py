@@ -9,7 +9,7 @@ from ..config_sources import load_model_config
 
 
 def cmd_variants(args) -> None:
-    from ..model.design import MODEL_OPTIONS
+    from ..model.design import MODEL_OPTIONS, takes_option
     from ..model.registry import DESIGNS
     from ..plugins import load_plugins
 
@@ -27,7 +27,7 @@ def cmd_variants(args) -> None:
         print(f"{'':<{width}}  [{r['reference']}]{origin}{options}")
     print("\noptions that are [model] fields (each design's flags in --json say which it takes):")
     for setting, formula, flag in MODEL_OPTIONS:
-        takers = [d.name for d in DESIGNS.values() if getattr(d, flag)]
+        takers = [d.name for d in DESIGNS.values() if takes_option(d, flag)]
         print(f"  {setting}: {formula}\n      designs: {', '.join(takers)}")
 
 

@@ -68,6 +68,13 @@ class ModelConfig(Typed):
     branch_scale: Optional[LearnedScale] = None   # design default: none (layerscale: channel)
     branch_scale_init: Optional[float] = None     # default 1.0 (layerscale: CaiT's eps by depth)
     dyt_alpha: float = 0.5            # norm = "dyt" / "derf": alpha's init in gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta
+    # DyT's LLaMA recipe (Zhu et al. 2025, their LLaMA code): alpha starts higher in the norm before
+    # attention than in the one before the MLP and the final one (7B: 0.8, 0.2, 0.2), and the token
+    # embedding is multiplied by one learned scalar that starts at sqrt(n_embd). None: dyt_alpha.
+    dyt_alpha_attn: Optional[float] = None   # pre-ln with norm = "dyt" / "derf": N1's alpha at init
+    dyt_alpha_mlp: Optional[float] = None    # ... N2's alpha at init
+    dyt_alpha_final: Optional[float] = None  # ... the final norm's alpha at init
+    embed_scale: Literal["none", "learned"] = "none"  # "learned": x_0 = s wte(token) (+ wpe), s = sqrt(n_embd) at init
     value_residual: bool = False      # ResFormer: layer l > 1 mixes its values with layer 1's
     value_residual_init: float = 0.5  # ResFormer: both mixing weights at init (learned)
     residual_attention: bool = False  # RealFormer: pre-softmax scores carried from layer to layer
@@ -167,6 +174,10 @@ def check_shapes(cfg: ModelConfig, prefix: str = "model") -> list[str]:
     for name in ("norm_eps", "init_std", "rope_base", "dyt_alpha"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{prefix}.{name}: must be positive, got {getattr(cfg, name)}")
+    for name in ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final"):
+        value = getattr(cfg, name)
+        if value is not None and not 0 < value < float("inf"):
+            errors.append(f"{prefix}.{name}: must be a positive finite number, got {value}")
     if not (cfg.branch_gain > 0 and cfg.branch_gain < float("inf")):
         errors.append(f"{prefix}.branch_gain: must be a positive finite number, got {cfg.branch_gain}")
     if cfg.prores not in SCHEDULE_NAMES:

@@ -21,7 +21,7 @@ STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun", "altup")
 
 
 # Options that are [model] fields and compose with many designs: (setting, formula, the Design flag
-# that allows it). `reslab variants` lists them after the designs.
+# that allows it, or a test of the design). `reslab variants` lists them after the designs.
 MODEL_OPTIONS = (
     ("qk_norm = true", "Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per channel), before RoPE", "qk_norm"),
     ("residual_update = \"orthogonal\"", "x + F - (<F, s x> / <s x, s x>) s x at every residual point", "learned_scales"),
@@ -31,7 +31,17 @@ MODEL_OPTIONS = (
      "or one per head channel), x the attention's input, before W_P (gated attention, G1)", "qk_norm"),
     ("stochastic_depth = p", "training only: layer l's branches dropped for an update with probability p_l "
      "(rule linear: p l / L; uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)", "learned_scales"),
+    ("embed_scale = \"learned\"", "x_0 = s wte(token) (+ wpe), s one learned scalar, sqrt(C) at init (DyT's LLaMA "
+     "recipe)", lambda d: d.stream != "ngpt"),
+    ("dyt_alpha_attn, dyt_alpha_mlp, dyt_alpha_final = a", "with norm = \"dyt\" | \"derf\": the initial alpha of "
+     "N1, N2 and the final norm, each (default dyt_alpha; DyT's LLaMA recipe, 7B: 0.8, 0.2, 0.2)",
+     lambda d: d.name == "pre-ln"),
 )
+
+
+def takes_option(design: "Design", flag) -> bool:
+    """Whether a MODEL_OPTIONS entry applies to the design (its flag's value, or the entry's test)."""
+    return bool(flag(design) if callable(flag) else getattr(design, flag))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The GPT-style decoder: embeddings -> residual stream through the blocks -> head.
 
-    emb  = wte(tokens) + wpe(positions)          (no wpe with rope or pos = "none")
+    emb  = s wte(tokens) + wpe(positions)        (no wpe with rope or pos = "none"; s = 1 unless
+                                                 embed_scale = "learned": one scalar, sqrt(C) at init)
     h    = stream.enter(dropout(emb))            single stream, ResiDual's (xa, xd), n hyper-streams,
                                                  the depth stream of earlier outputs (blocks/depth.py), ...
     h    = block_L( ... block_1(h))              each block is its layer's design's formula (layer_designs);
@@ -41,7 +42,7 @@ class SingleStream(nn.Module):
         opts = design_options(cfg)
         norm_free = isinstance(opts, SASOptions) and opts.norm_free  # sas / sas-p without norms keep only the first layer's
         self.final_norm = make_norm(cfg.norm if final_norm and not norm_free else "none", cfg.n_embd,
-                                    bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
+                                    bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha_final or cfg.dyt_alpha)
 
     def enter(self, emb: torch.Tensor) -> torch.Tensor:
         return self.embed_norm(emb)
@@ -83,6 +84,23 @@ STREAMS = {"single": lambda cfg, design: SingleStream(cfg, design.final_norm),
 STATE_TYPES = (DepthState, SpeedrunState)
 
 
+class EmbedScale(nn.Module):
+    """s wte(token), s one learned scalar starting at sqrt(C): DyT's LLaMA recipe (the authors' LLaMA
+    code multiplies the shared embedding's output by it, before any norm sees the stream)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.scale = nn.Parameter(torch.empty(()))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.scale, self.dim ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         super().__init__()
@@ -91,6 +109,7 @@ class GPT(nn.Module):
         self.design = get_design(cfg.design)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
+        self.embed_scale = EmbedScale(cfg.n_embd) if cfg.embed_scale == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.stream = STREAMS[self.design.stream](cfg, self.design)
         self.blocks = nn.ModuleList(layer_design(cfg, layer).block_factory()(cfg, layer)
@@ -163,6 +182,8 @@ class GPT(nn.Module):
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
         x = self.wte(idx)
+        if self.embed_scale is not None:
+            x = self.embed_scale(x)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(T, device=idx.device))
         return self.drop(x)

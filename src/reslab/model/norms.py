@@ -12,7 +12,8 @@ DyT: Zhu, Chen, He, LeCun, Liu 2025, "Transformers without Normalization". alpha
 scalar per norm, initialised to cfg.dyt_alpha (paper: 0.5); gamma (`weight`) ones and beta (`bias`,
 only when bias=True, as LayerNorm(bias=...)) zeros. The affine parameters carry LayerNorm's names,
 so an init-mode branch gain that scales an output norm's `weight` / `bias` treats DyT alike.
-Unlike LayerNorm / RMSNorm, DyT is NOT scale-invariant: DyT(s*x) != DyT(x).
+Unlike LayerNorm / RMSNorm, DyT is NOT scale-invariant: DyT(s*x) != DyT(x). The authors' LLaMA
+code starts alpha per position (cfg.dyt_alpha_attn / _mlp / _final: pre-ln's N1, N2, final norm).
 
 rmsnorm-nogain: the weightless RMS norm of modded-nanogpt's records (`F.rms_norm(x, (C,))`, no
 gain anywhere in the model). reslab keeps cfg.norm_eps as its eps (the records pass none, so torch

@@ -70,6 +70,10 @@ BASELINE: dict = {
         "stochastic_depth": 0.0,    # added with the parallel block and the speedruns' options
         "stochastic_depth_rule": "linear",
         "attn_gate": "off",         # added with the in-block designs (gated attention)
+        "dyt_alpha_attn": None,     # added with DyT's LLaMA recipe
+        "dyt_alpha_mlp": None,      # added with DyT's LLaMA recipe
+        "dyt_alpha_final": None,    # added with DyT's LLaMA recipe
+        "embed_scale": "none",      # added with DyT's LLaMA recipe
     },
     "data": {
         "corpus": "tinyshakespeare",

@@ -60,8 +60,9 @@ def mlp(cfg: ModelConfig, mid_norm: bool = False) -> MLP:
     return MLP(cfg.n_embd, cfg.mlp_hidden, cfg.mlp, bias=cfg.bias, dropout=cfg.dropout, mid_norm=mid)
 
 
-def norm(cfg: ModelConfig, kind: str | None = None) -> nn.Module:
-    return make_norm(kind or cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
+def norm(cfg: ModelConfig, kind: str | None = None, alpha: float | None = None) -> nn.Module:
+    """alpha: a DyT / Derf norm's own initial alpha (None: cfg.dyt_alpha)."""
+    return make_norm(kind or cfg.norm, cfg.n_embd, bias=cfg.bias, eps=cfg.norm_eps, alpha=alpha or cfg.dyt_alpha)
 
 
 def residual(cfg: ModelConfig, skip: bool = True, *, branch_scale: str | None = None,

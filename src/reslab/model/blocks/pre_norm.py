@@ -24,8 +24,11 @@ class PreLNBlock(base.Block):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
-        self.norm1, self.attn, self.attn_residual = base.norm(cfg), base.attention(cfg, layer), base.residual(cfg, cfg.attn_res)
-        self.norm2, self.mlp, self.mlp_residual = base.norm(cfg), base.mlp(cfg), base.residual(cfg, cfg.ffn_res)
+        # dyt_alpha_attn / _mlp (pre-ln only; None elsewhere): DyT's LLaMA recipe, a steeper tanh before attention
+        self.norm1, self.attn, self.attn_residual = (base.norm(cfg, alpha=cfg.dyt_alpha_attn), base.attention(cfg, layer),
+                                                     base.residual(cfg, cfg.attn_res))
+        self.norm2, self.mlp, self.mlp_residual = (base.norm(cfg, alpha=cfg.dyt_alpha_mlp), base.mlp(cfg),
+                                                   base.residual(cfg, cfg.ffn_res))
 
     def forward(self, x, carry=None):
         x = self.attn_residual(x, self.attn(self.norm1(x), carry))
