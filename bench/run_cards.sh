@@ -11,23 +11,29 @@
 #   ARGS="--against pre-ln,post-ln" bash bench/run_cards.sh OUT sas           (options for every card)
 # Each card's log and card path are OUT/LABEL.log and OUT/LABEL.path, LABEL being the card's label
 # (its design, or the design and its settings: pre-ln+norm-derf), so cards of one design with other
-# settings keep their own logs and wall times.
+# settings keep their own logs and wall times. A card that fails does not stop the ones after it;
+# the script then exits 1 naming each failed card.
 set -euo pipefail
 # shellcheck source=bench/walls.sh
 source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_cards.sh OUT DESIGN [DESIGN ...]}
 shift
 scale=${SCALE:-cpu}
+if ! command -v reslab > /dev/null; then
+  echo "run_cards.sh: reslab is not on PATH (activate the virtual environment it was installed into)" >&2
+  exit 2
+fi
 plugins=()
 for m in ${PLUGINS:-}; do plugins+=(--plugin "$m"); done
 mkdir -p "$out"
+failed=()
 for card in "$@"; do
   start=$(date +%s)
   running="$out/running-$$"
   read -ra words <<< "$card"  # the design and its settings, split on spaces, never globbed
   # shellcheck disable=SC2086
   reslab "${plugins[@]}" assess "${words[@]}" --scale "$scale" --store "$out/store" ${ARGS:-} \
-    2> "$running.log" | tail -1 > "$running.path" || true
+    2> "$running.log" | tail -1 > "$running.path" || failed+=("$card")
   # The label is the card folder's name less "-SCALE"; a card that failed before writing one is
   # named by its argument, spaces, '=' and '/' spelled '_'.
   folder=$(cat "$running.path")
@@ -39,3 +45,8 @@ for card in "$@"; do
   record_wall "$out" "$label" "$start" "$scale"
   tail -n 20 "$out/$label.log"
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  printf -v names '"%s" ' "${failed[@]}"
+  echo "run_cards.sh: ${#failed[@]} of $# cards failed: ${names% } (their logs: $out/LABEL.log)" >&2
+  exit 1
+fi

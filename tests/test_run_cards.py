@@ -7,6 +7,7 @@ bookkeeping, not training."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def test_cards_are_named_by_their_label_settings_included(tmp_path, fake_path):
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(SCRIPT), str(out), "pre-ln", "pre-ln --set model.norm=derf", "broken"],
                           env={**os.environ, "PATH": fake_path, "SCALE": "cpu"}, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the broken card is named; the others still ran
+    assert done.stderr.strip().endswith('run_cards.sh: 1 of 3 cards failed: "broken" '
+                                        f'(their logs: {out}/LABEL.log)')
     walls = [line.split("\t") for line in (out / "walls.tsv").read_text().splitlines()]
     assert [w[0] for w in walls] == ["pre-ln", "pre-ln+norm-derf", "broken"]
     assert [w[3:5] for w in walls] == [["cpu", "shared"], ["cpu", "shared"], ["cpu", "clean"]]
@@ -56,3 +59,21 @@ def test_cards_are_named_by_their_label_settings_included(tmp_path, fake_path):
     assert "assess-pre-ln.tune" in (out / "pre-ln.log").read_text()
     assert "unknown design 'broken'" in (out / "broken.log").read_text()
     assert not list(out.glob("running-*"))  # no leftovers
+
+
+def test_without_reslab_on_path_it_stops_at_once(tmp_path):
+    bare = "/usr/bin:/bin"
+    if shutil.which("reslab", path=bare):
+        pytest.skip("reslab is installed system-wide here")
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "pre-ln"], env={**os.environ, "PATH": bare},
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("run_cards.sh: reslab is not on PATH (activate the virtual environment it was "
+                                   "installed into)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_good_run_exits_0(tmp_path, fake_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "pre-ln"],
+                          env={**os.environ, "PATH": fake_path}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
