@@ -129,3 +129,24 @@ def test_runs_listing_and_export_name_an_earlier_plans_run(replanned, capsys, tm
     with open(tmp_path / "out" / "runs.csv") as f:
         exported = list(csv.DictReader(f))
     assert sorted(r["planned"] for r in exported) == ["False"] * 4 + ["True"] * 2
+
+
+def test_the_card_records_how_its_planned_runs_computed(replanned):
+    """stability()["arithmetic"]: the planned runs grouped by their status.json arithmetic (a resume under
+    other arithmetic counts under both); an earlier plan's runs are not the card's."""
+    from reslab.assess.render import arithmetic_text
+    from reslab.train.run_folder import RunFolder
+
+    tmp, store, new = replanned
+    cpu = {"torch": "2.13.0+cpu", "threads": 1, "cpu_capability": "AVX512", "flush_denormal": True}
+    trained = [r for r in new if r.seed == 1]
+    folders = [store.folder_for(r.id, r.label) for r in trained]
+    RunFolder(folders[0]).write_status(arithmetic=[{"from_step": 0, **cpu}])
+    RunFolder(folders[1]).write_status(arithmetic=[{"from_step": 0, **cpu},
+                                                   {"from_step": 20, **cpu, "cpu_capability": "AVX2"}])
+    got = stability(store, "pr", "", unigram=None)["arithmetic"]
+    assert got == [{**cpu, "runs": 2}, {**cpu, "cpu_capability": "AVX2", "runs": 1}]
+    text = arithmetic_text(got + [{"runs": 3}])
+    assert text.startswith("Arithmetic of the runs: 2 runs on torch 2.13.0+cpu, CPU kernels AVX512, 1 thread, "
+                           "subnormals flushed; 1 run on torch 2.13.0+cpu, CPU kernels AVX2, 1 thread, subnormals "
+                           "flushed; 3 runs with no record of it")

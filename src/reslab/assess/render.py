@@ -224,8 +224,24 @@ def card_blocks(card: dict) -> list[tuple]:
         b.append(("p", f"The call that wrote this card took {card['wall_s'] / 60:.1f} min: "
                        + (f"{ended} runs ended, {found} of them already in the store before it."
                           if found is not None else f"{ended} runs ended, trained by it or found in the store.")))
+    if (card.get("stability") or {}).get("arithmetic"):  # cards written before 2026-12-07 (night) lack it
+        b.append(("p", arithmetic_text(card["stability"]["arithmetic"])))
     b += [("img", f["title"], f["file"]) for f in card.get("figures") or []][1:]
     return b
+
+
+def arithmetic_text(entries: list[dict]) -> str:
+    """The card's runs by how they computed; a run repeats its numbers bit for bit only under the same."""
+    parts = []
+    for e in entries:
+        if not {k for k in e if k != "runs"}:
+            parts.append(f"{_count(e['runs'], 'run')} with no record of it (trained before reslab kept one)")
+            continue
+        where = f"GPU {e['gpu']}" if e.get("gpu") else f"CPU kernels {e.get('cpu_capability')}"
+        parts.append(f"{_count(e['runs'], 'run')} on torch {e.get('torch')}, {where}, "
+                     f"{_count(e.get('threads') or 0, 'thread')}" + (", subnormals flushed" if e.get("flush_denormal") else ""))
+    return ("Arithmetic of the runs: " + "; ".join(parts) + ". A run retrained under the same arithmetic "
+            "repeats its numbers bit for bit; under another (CPU kernels, torch version, threads) it may not.")
 
 
 def write_card(card: dict, folder: Path) -> dict[str, Path]:

@@ -80,4 +80,24 @@ def stability(store, spec_name: str, scale: str, unigram: float | None) -> dict:
     for d in designs.values():
         d["by_lr"] = dict(sorted(d["by_lr"].items(), key=lambda kv: kv[0]))
         d["stable_lrs"] = [lr for lr, c in d["by_lr"].items() if not c["diverged"] and not c["plateau"]]
-    return {"designs": designs, "rule": SPIKE_RULE}
+    return {"designs": designs, "rule": SPIKE_RULE, "arithmetic": arithmetic(store, spec_name, scale)}
+
+
+def arithmetic(store, spec_name: str, scale: str) -> list[dict]:
+    """How the card's runs computed (status.json's "arithmetic", train/determinism.py): one entry per
+    distinct torch version, CPU capability (or GPU), thread count and subnormal flushing, with how many
+    runs used it, most first. A run retrained under the same arithmetic repeats its numbers bit for bit;
+    under other arithmetic it may not, so two cards' numbers for one run identity can differ (a run
+    resumed under other arithmetic counts under each; one trained before reslab recorded it, under {})."""
+    counts: dict[str, int] = {}
+    seen: set[str] = set()
+    for name in (tune_name(spec_name), spec_name):
+        for r in _planned_rows(store, name, scale):
+            if r.get("status") not in ("completed", "diverged") or r.get("id") in seen:
+                continue
+            seen.add(r.get("id"))
+            entries = RunFolder(Path(r["path"])).read_status().get("arithmetic") or [{}]
+            for key in {json.dumps({k: v for k, v in e.items() if k != "from_step"}, sort_keys=True)
+                        for e in entries if isinstance(e, dict)}:
+                counts[key] = counts.get(key, 0) + 1
+    return [{**json.loads(k), "runs": n} for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
