@@ -19,10 +19,7 @@ source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_cards.sh OUT DESIGN [DESIGN ...]}
 shift
 scale=${SCALE:-cpu}
-if ! command -v reslab > /dev/null; then
-  echo "run_cards.sh: reslab is not on PATH (activate the virtual environment it was installed into)" >&2
-  exit 2
-fi
+require_reslab run_cards.sh
 plugins=()
 for m in ${PLUGINS:-}; do plugins+=(--plugin "$m"); done
 mkdir -p "$out"

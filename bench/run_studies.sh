@@ -12,10 +12,7 @@ source "$(dirname "$0")/walls.sh"
 out=${1:?usage: bash bench/run_studies.sh OUT [study ...]}
 shift
 scale=${SCALE:-cpu}
-if ! command -v reslab > /dev/null; then
-  echo "run_studies.sh: reslab is not on PATH (activate the virtual environment it was installed into)" >&2
-  exit 2
-fi
+require_reslab run_studies.sh
 studies=("$@")
 if [ ${#studies[@]} -eq 0 ]; then
   mapfile -t studies < <(reslab study list | grep -v '^ ')

@@ -1,4 +1,5 @@
-# Sourced by run_studies.sh and run_cards.sh: record_wall OUT NAME START SCALE appends NAME's wall time
+# Sourced by run_studies.sh and run_cards.sh. require_reslab SCRIPT: stop with one line (exit 2) when
+# `reslab` is not on PATH. record_wall OUT NAME START SCALE appends NAME's wall time
 # since START (epoch seconds) to OUT/walls.tsv as "name, seconds, date, scale, clean|shared". "shared":
 # its log (OUT/NAME.log) says some runs were already finished in the store ("K already finished", one
 # line per sweep stage), so they cost it nothing and its wall time is not a clean store's. WALL_NOTE, if
@@ -10,4 +11,11 @@ record_wall() {
   if [ "$reused" -gt 0 ]; then state=shared; fi
   printf '%s\t%s\t%s\t%s\t%s%s\n' "$name" "$(($(date +%s) - start))" "$(date -u +%Y-%m-%dT%H:%MZ)" "$scale" "$state" \
     "${WALL_NOTE:+$'\t'$WALL_NOTE}" >> "$out/walls.tsv"
+}
+
+require_reslab() {
+  if ! command -v reslab > /dev/null; then
+    echo "$1: reslab is not on PATH (activate the virtual environment it was installed into)" >&2
+    exit 2
+  fi
 }

@@ -58,12 +58,21 @@ def _planned_rows(store, name: str, scale: str) -> list[dict]:
 
 
 def stability(store, spec_name: str, scale: str, unigram: float | None) -> dict:
+    """Also "arithmetic": how the runs computed (status.json's "arithmetic", train/determinism.py), one
+    entry per distinct torch version, CPU capability (or GPU), thread count and subnormal flushing,
+    with how many runs used it, most first. A run retrained under the same arithmetic repeats its
+    numbers bit for bit; under other arithmetic it may not, so two cards' numbers for one run identity
+    can differ (a run resumed under other arithmetic counts under each; one trained before reslab
+    recorded it, under {})."""
     designs: dict[str, dict] = {}
+    machines: dict[str, set[str]] = {}  # arithmetic (JSON text) -> the run ids that used it
     for name in (tune_name(spec_name), spec_name):
         for r in _planned_rows(store, name, scale):
             status = r.get("status")
             if status not in ("completed", "diverged"):
                 continue
+            for key in _arithmetic_keys(Path(r["path"])):
+                machines.setdefault(key, set()).add(r.get("id"))
             variant, lr = r.get("variant"), _lr(r)
             d = designs.setdefault(variant, {"runs": 0, "diverged": 0, "plateau": 0, "spikes": 0,
                                              "runs_with_spikes": 0, "by_lr": {}})
@@ -80,24 +89,12 @@ def stability(store, spec_name: str, scale: str, unigram: float | None) -> dict:
     for d in designs.values():
         d["by_lr"] = dict(sorted(d["by_lr"].items(), key=lambda kv: kv[0]))
         d["stable_lrs"] = [lr for lr, c in d["by_lr"].items() if not c["diverged"] and not c["plateau"]]
-    return {"designs": designs, "rule": SPIKE_RULE, "arithmetic": arithmetic(store, spec_name, scale)}
+    arithmetic = [{**json.loads(k), "runs": len(ids)}
+                  for k, ids in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return {"designs": designs, "rule": SPIKE_RULE, "arithmetic": arithmetic}
 
 
-def arithmetic(store, spec_name: str, scale: str) -> list[dict]:
-    """How the card's runs computed (status.json's "arithmetic", train/determinism.py): one entry per
-    distinct torch version, CPU capability (or GPU), thread count and subnormal flushing, with how many
-    runs used it, most first. A run retrained under the same arithmetic repeats its numbers bit for bit;
-    under other arithmetic it may not, so two cards' numbers for one run identity can differ (a run
-    resumed under other arithmetic counts under each; one trained before reslab recorded it, under {})."""
-    counts: dict[str, int] = {}
-    seen: set[str] = set()
-    for name in (tune_name(spec_name), spec_name):
-        for r in _planned_rows(store, name, scale):
-            if r.get("status") not in ("completed", "diverged") or r.get("id") in seen:
-                continue
-            seen.add(r.get("id"))
-            entries = RunFolder(Path(r["path"])).read_status().get("arithmetic") or [{}]
-            for key in {json.dumps({k: v for k, v in e.items() if k != "from_step"}, sort_keys=True)
-                        for e in entries if isinstance(e, dict)}:
-                counts[key] = counts.get(key, 0) + 1
-    return [{**json.loads(k), "runs": n} for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+def _arithmetic_keys(path: Path) -> set[str]:
+    entries = RunFolder(path).read_status().get("arithmetic") or [{}]
+    return {json.dumps({k: v for k, v in e.items() if k != "from_step"}, sort_keys=True)
+            for e in entries if isinstance(e, dict)}

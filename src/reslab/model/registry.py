@@ -291,15 +291,12 @@ def _option_refusals(cfg: ModelConfig, d: Design, given: ModelConfig) -> list[st
         errors.append("model.branch_scale_init: there is no learned branch scale (branch_scale = 'none')")
     if cfg.norm not in ("dyt", "derf") and cfg.dyt_alpha != ModelConfig.dyt_alpha:
         errors.append(f"model.dyt_alpha: only norm = 'dyt' or 'derf' has alpha; got norm = {cfg.norm!r}")
-    for name in ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final"):
-        if getattr(cfg, name) is None:
-            continue
-        if cfg.norm not in ("dyt", "derf"):
-            errors.append(f"model.{name}: only norm = 'dyt' or 'derf' has alpha; got norm = {cfg.norm!r}")
-        elif cfg.design != "pre-ln" or cfg.layer_designs:  # LLaMA, the recipe's model, is pre-LN
-            errors.append(f"model.{name}: sets the alpha of pre-ln's N1, N2 or final norm (DyT's LLaMA recipe); "
-                          f"got design {cfg.design!r}{' with layer_designs' if cfg.layer_designs else ''}")
-        break
+    recipe = [n for n in ("dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final") if getattr(cfg, n) is not None]
+    if recipe and cfg.norm not in ("dyt", "derf"):  # one line for the recipe, named by its first field
+        errors.append(f"model.{recipe[0]}: only norm = 'dyt' or 'derf' has alpha; got norm = {cfg.norm!r}")
+    elif recipe and (cfg.design != "pre-ln" or cfg.layer_designs):  # LLaMA, the recipe's model, is pre-LN
+        errors.append(f"model.{recipe[0]}: sets the alpha of pre-ln's N1, N2 or final norm (DyT's LLaMA recipe); "
+                      f"got design {cfg.design!r}{' with layer_designs' if cfg.layer_designs else ''}")
     if cfg.embed_scale != "none" and d.stream == "ngpt":
         errors.append("model.embed_scale: ngpt puts the embedding on the unit sphere, where a scale has no effect")
     if cfg.value_residual_init != ModelConfig.value_residual_init and not cfg.value_residual:
