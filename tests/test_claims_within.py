@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import scipy.stats
 
+from reslab.report import stats
 from reslab.report.claims import evaluate_claims
 from reslab.spec.claims import parse_claim
 from tests.test_claims import REF, claim, one, row
@@ -112,3 +113,34 @@ def test_a_trend_over_a_rung_too_close_to_bigram_gets_no_verdict():
     (level,) = evaluate_claims([claim("difference", a="hc", b="pre-ln", op=">", threshold=0.0)],
                                cells, REF, "tiny", shallow={"hc-rung=w64": "x"})
     assert "shallow" not in level  # only trends: a difference claim may be about a row that fails
+
+
+def test_a_difference_between_rows_that_all_end_near_bigram_gets_no_verdict():
+    """Two collapsed designs (norm-free's DyT and Derf) differ by noise; a design that collapsed against
+    one that trained is the evidence of a claim (Post-LN fails deep), so that verdict stands."""
+    collapsed_a = {s: 3.34 + 0.001 * s for s in (1, 2, 3, 4)}
+    collapsed_b = {s: 3.30 + 0.002 * s for s in (1, 2, 3, 4)}
+    beats = claim("difference", a="derf", b="dyt", op="<", threshold=0.0)
+    cells = [row("dyt", collapsed_a), row("derf", collapsed_b), row("pre-ln", BASE)]
+    both = {"derf": stats.short_of_regime("derf", -0.86), "dyt": stats.short_of_regime("dyt", -0.85)}
+    (free,) = evaluate_claims([beats], cells, REF, "tiny")
+    (held,) = evaluate_claims([beats], cells, REF, "tiny", shallow=both)
+    assert free["verdict"] == "reproduced"  # the test alone: derf is 0.04 below dyt on every seed
+    assert held["verdict"] == "inconclusive" and held["shallow"] == ["derf", "dyt"]
+    assert held["reason"].startswith("derf ends 0.860 nats above the bigram level (a verdict needs its mean "
+                                     "0.3 below); dyt ends 0.850 nats above")
+    assert "no verdict (the test alone says reproduced" in held["reason"]
+    assert held["p"] == free["p"]  # the numbers stay
+    one_side = claim("difference", a="dyt", b="pre-ln", op=">", threshold=0.0)
+    (fails,) = evaluate_claims([one_side], cells, REF, "tiny", shallow=both)
+    assert fails["verdict"] == "reproduced" and "shallow" not in fails
+    spread = claim("spread", cells=["derf", "dyt"], op="<", threshold=0.5)
+    (sp,) = evaluate_claims([spread], cells, REF, "tiny", shallow=both)
+    assert sp["verdict"] == "inconclusive" and sp["shallow"] == ["derf", "dyt"]
+
+
+def test_short_of_regime_says_above_or_below():
+    assert stats.short_of_regime("x", 0.123) == ("x ends only 0.123 nats below the bigram level "
+                                                 "(a verdict needs 0.3)")
+    assert stats.short_of_regime("x", -0.5) == ("x ends 0.500 nats above the bigram level "
+                                                "(a verdict needs its mean 0.3 below)")

@@ -23,7 +23,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from ..report.stats import BELOW_BIGRAM
+from ..report.stats import BELOW_BIGRAM, short_of_regime
 from ..spec.rows import row_name
 from .plan import DEPTHS, EQUIVALENCE, COLD, WARM, CardRequest
 
@@ -58,11 +58,8 @@ def _short_regime(rows: list[dict]) -> str | None:
         below, name = r.get("below_bigram"), r.get("name") or "a row"
         if below is None:
             return f"{name} has no completed run"
-        if below < 0:
-            return (f"{name} ends {-below:.3f} nats above the bigram level (a verdict needs its mean "
-                    f"{BELOW_BIGRAM} below)")
         if below < BELOW_BIGRAM:
-            return f"{name} ends only {below:.3f} nats below the bigram level (a verdict needs {BELOW_BIGRAM})"
+            return short_of_regime(name, below)
     return None
 
 

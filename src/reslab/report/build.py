@@ -217,8 +217,7 @@ def build_report(store: Store, spec_name: str, scale: str | None = None, out_dir
         figures += list(lr.get("figures") or [])
     unheld = tuning.check_held((lr or {}).get("tuning"), cells, reference["bigram"] if reference else None)
     rungs = {"sizes": rung_sizes(spec, scale), "exponent": spec.ladder.exponent} if rungs_at(spec, scale) else None
-    shallow = {t["variant"]: f"{t['variant']} ends {t['below_bigram']:.3f} nats below the bigram level, less "
-                             f"than {stats.BELOW_BIGRAM}" for t in table
+    shallow = {t["variant"]: stats.short_of_regime(t["variant"], t["below_bigram"]) for t in table
                if t.get("below_bigram") is not None and t["below_bigram"] < stats.BELOW_BIGRAM}
     verdicts = claims.evaluate_claims(spec.claims, cells, reference, scale, unheld, rungs,
                                       shallow) if is_result else []

@@ -38,6 +38,10 @@ Decision rules (RULES_TEXT says them in the report):
     check_held: its tuning seeds learned beyond bigram at the chosen rate, most comparison runs did
     not) is inconclusive whatever its test says: the row is not its design at its own best rate.
     The test's numbers stay in the result (and its p in the Holm family); the reason says both.
+  * likewise inconclusive: a trend over a rung whose row ends less than 0.3 nats below the bigram
+    level, and a difference or spread claim whose rows ALL end there (a difference between two
+    collapsed designs means nothing; one between a design that trained and one that did not is the
+    evidence of claims such as "Post-LN fails deep without warmup", so it stands).
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ RULES_TEXT = (
     "when all of at least 3 seeds fail (trains: all train), not reproduced when none do; no p. A claim "
     "on a row whose tuned learning rate did not hold (its tuning seeds learned beyond bigram there, "
     "most of its comparison runs did not) is inconclusive whatever its test says, and so is a trend "
-    "over a rung whose row ends less than 0.3 nats below the bigram level."
+    "over a rung whose row ends less than 0.3 nats below the bigram level, and a difference or spread "
+    "claim whose rows all end less than 0.3 nats below it."
 )
 
 
@@ -425,7 +430,8 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
     "exponent"} at this scale, for trend claims (report/ladder.py); None without a ladder.
     shallow: {row name: why} for rows that end less than 0.3 nats below the bigram level; a trend
     over a rung with such a row is inconclusive (its slope would lean on a rung whose difference
-    means little), with the test's own verdict kept in its reason.
+    means little), and so is a difference or spread claim all of whose rows are such rows, with the
+    test's own verdict kept in its reason.
     """
     rows = list(cells or [])
     out: list[dict] = []
@@ -451,9 +457,18 @@ def evaluate_claims(claims: list[dict], cells: list[dict], reference: dict | Non
         (decide_trend if "_pending_trend" in out[int(k)] else _decide_t)(out[int(k)])
     for r in out:
         _unsettle(r, unheld or {})
-        if r.get("kind") == "trend":
+        if r.get("kind") == "trend" or (r.get("kind") in ("difference", "spread")
+                                        and _all_named(r, shallow or {})):
             _unsettle(r, shallow or {}, key="shallow")
     return out
+
+
+def _all_named(r: dict, rows: dict[str, str]) -> bool:
+    """Every row the claim compares is in `rows`. A difference between rows that none trained 0.3 nats
+    below the bigram level (two collapsed designs, say) says nothing; one between a row that trained and
+    one that did not is the claim's evidence (a design that fails where the other trains)."""
+    names = [n for cell in r.get("rows") or [] for n in cell]
+    return bool(names) and all(n in rows for n in names)
 
 
 def _unsettle(r: dict, unheld: dict[str, str], key: str = "unheld") -> None:

@@ -46,6 +46,16 @@ __all__ = [
 
 BELOW_BIGRAM = 0.3  # nats: a row compared in a verdict must end at least this far below the bigram level
 
+
+def short_of_regime(name: str, below_bigram: float) -> str:
+    """Why `name`'s row is too close to the bigram level for a verdict, with how far from it it ended
+    (above it, when its mean loss is worse than a bigram model's)."""
+    if below_bigram < 0:
+        return (f"{name} ends {-below_bigram:.3f} nats above the bigram level (a verdict needs its mean "
+                f"{BELOW_BIGRAM} below)")
+    return f"{name} ends only {below_bigram:.3f} nats below the bigram level (a verdict needs {BELOW_BIGRAM})"
+
+
 def _finite_floats(values: Iterable[float], what: str) -> list[float]:
     """Return `values` as a list of Python floats; raise ValueError on any NaN or infinity."""
     out = [float(v) for v in values]
