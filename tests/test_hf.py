@@ -190,6 +190,13 @@ def one_error_line(capsys) -> str:
     (dict(shaped_attention=True), "model.shaped_attention"),
     (dict(branch_gain=0.5), "model.branch_gain"),
     (dict(prores="linear"), "model.prores"),
+    # options added after export was written: refused by the rule that every unlisted field is at its default
+    (dict(attn_gate="head"), "model.attn_gate"),
+    (dict(attn_gate="elementwise"), "model.attn_gate"),
+    (dict(embed_scale="learned"), "model.embed_scale"),
+    (dict(qk_norm=True), "model.qk_norm"),
+    (dict(xsa="full"), "model.xsa"),
+    (dict(residual_update="orthogonal"), "model.residual_update"),
 ])
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, capsys, overrides, field):
     base = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=65, block_size=32)
@@ -200,14 +207,16 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, capsys, overrides, fi
     assert not (tmp_path / "hf").exists()
 
 
-def test_export_accepts_baked_gain_and_finished_prores(tmp_path):
+def test_export_accepts_baked_gain_finished_prores_and_training_only_options(tmp_path):
     base = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=65, block_size=32)
     baked = reslab.build_model("pre-ln", **base, branch_gain=0.5, gain_mode="init")
     export_hf(reslab.save_model(baked, tmp_path / "a"), tmp_path / "hf_a")
     warmed = reslab.build_model("pre-ln", **base, prores="linear", prores_warmup=10)
     warmed.set_step(20)
     export_hf(reslab.save_model(warmed, tmp_path / "b"), tmp_path / "hf_b")
-    for model, out in ((baked, "hf_a"), (warmed, "hf_b")):
+    dropped = reslab.build_model("pre-ln", **base, stochastic_depth=0.2, init="xavier")  # train-time / init only
+    export_hf(reslab.save_model(dropped, tmp_path / "c"), tmp_path / "hf_c")
+    for model, out in ((baked, "hf_a"), (warmed, "hf_b"), (dropped, "hf_c")):
         hf = GPT2LMHeadModel.from_pretrained(tmp_path / out).eval()
         assert max_diff(model.eval(), hf, 65) <= TOL
 

@@ -18,6 +18,7 @@ pickle, and unpickling a file can run arbitrary code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -81,7 +82,30 @@ def gpt2_incompatibilities(cfg: ModelConfig) -> list[str]:
     if cfg.gain_mode == "runtime" and cfg.branch_gain != 1.0:
         problems.append(f"model.branch_gain is {cfg.branch_gain!r} with gain_mode 'runtime'; Hugging Face "
                         "GPT-2 needs 1 (gain_mode 'init' is baked into the weights and exports)")
+    # Every other field must be at its default: a new option is refused until it is listed above or in
+    # _GPT2_FREE, so an export never drops weights or a computation GPT-2 does not have.
+    checked = {"design", "pos", "norm", "bias", "mlp", "attn_res", "ffn_res", "embed_norm", "shaped_attention",
+               "vp_identity", "skip_scale", "branch_scale", "value_residual", "residual_attention",
+               "layer_designs", "branch_gain", "gain_mode"}
+    default = ModelConfig()
+    for f in dataclasses.fields(ModelConfig):
+        if f.name in checked or f.name in _GPT2_FREE:
+            continue
+        if getattr(cfg, f.name) != getattr(default, f.name):
+            problems.append(f"model.{f.name} is {getattr(cfg, f.name)!r}; Hugging Face GPT-2 has no such "
+                            f"setting (it needs {getattr(default, f.name)!r})")
     return problems
+
+
+# Fields a Hugging Face GPT-2 expresses at any value (sizes, dropout, head tying, the MLP width, the norm's
+# eps), that only shape the weights it receives (init), that act only in training (stochastic depth; ProRes,
+# whose alphas _check_gpt2 reads), or that no GPT-2-shaped model reads (RoPE's base without RoPE, the
+# initial values of a branch scale, DyT's alphas and a value residual's lambda, each refused above).
+_GPT2_FREE = frozenset({
+    "vocab_size", "n_layer", "n_head", "n_embd", "block_size", "dropout", "tie_weights", "mlp_ratio",
+    "norm_eps", "init", "init_std", "stochastic_depth", "stochastic_depth_rule", "prores", "prores_warmup",
+    "rope_base", "branch_scale_init", "dyt_alpha", "dyt_alpha_attn", "dyt_alpha_mlp", "dyt_alpha_final",
+    "value_residual_init"})
 
 
 def _check_gpt2(model: GPT, where: str) -> None:
