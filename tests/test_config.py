@@ -157,3 +157,40 @@ def test_variants_lists_every_design(capsys):
     assert main(["variants"]) == 0
     text = capsys.readouterr().out
     assert "x = N(a*x + F(x)), a = (2L)^(1/4)" in text
+
+
+def test_variants_says_what_each_design_takes_as_resolve_decides(capsys):
+    """The listing asks resolve, so a design's own refusal shows: HybridNorm's built-in QKV-norm refuses
+    qk_norm and shaped attention (sas) refuses XSA, which the designs' capability flags allowed."""
+    import reslab
+    from reslab.model.catalogue import check_tables
+
+    assert check_tables() == []
+    assert main(["variants", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["hybridnorm"]["qk_norm"] is False and rows["pre-ln"]["qk_norm"] is True
+    assert rows["sas"]["xsa"] is False and rows["sas"]["attn_gate"] is True
+    assert rows["ngpt"]["embed_scale"] is False and rows["pre-ln"]["dyt_alpha_recipe"] is True
+    assert rows["keel"]["defaults"]["norm"] == "rmsnorm" and rows["fixup"]["defaults"]["bias"] is False
+    assert "t-fixup" in rows["pre-ln"]["inits"] and "identity" not in rows["keel"]["inits"]
+    assert rows["gpas"]["norms"] == ["layernorm", "rmsnorm", "dyt", "none", "derf", "seednorm", "rmsnorm-nogain"]
+    for name, row in rows.items():  # what the listing says, a config does (one design each way)
+        for key, settings in (("qk_norm", {"qk_norm": True}), ("attn_gate", {"attn_gate": "head"})):
+            try:
+                reslab.build_model(name, n_layer=2, n_embd=32, n_head=4, vocab_size=65, block_size=16, **settings)
+                built = True
+            except reslab.ConfigError:
+                built = False
+            assert built is row[key], (name, key)
+
+    assert main(["variants", "--settings", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)
+    assert sorted(settings) == ["inits", "model_options", "norms"]
+    by_setting = {r["setting"]: r for part in settings.values() for r in part}
+    assert "erf(alpha x + s)" in by_setting['norm = "derf"']["formula"]
+    assert by_setting['init = "t-fixup"']["needs"] == {"norm": "none"}
+    assert "hybridnorm" not in by_setting["qk_norm = true"]["designs"]
+    assert main(["variants"]) == 0
+    text = capsys.readouterr().out
+    assert 'norm = "seednorm": y = (tanh(x . beta) * alpha + gamma)' in text
+    assert 'init = "ds-init"' in text and "designs (with norm = 'none'):" in text

@@ -9,15 +9,23 @@ from ..config_sources import load_model_config
 
 
 def cmd_variants(args) -> None:
-    from ..model.design import MODEL_OPTIONS, takes_option
+    from ..model.catalogue import design_row, settings_rows
     from ..model.registry import DESIGNS
     from ..plugins import load_plugins
 
     load_plugins()  # designs of installed plugins and RESLAB_PLUGINS are listed too
-    rows = [d.summary() for d in DESIGNS.values()]
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    names = list(DESIGNS)
+    if args.settings:
+        settings = settings_rows(names)
+        if args.json:
+            print(json.dumps(settings, indent=2))
+        else:
+            _print_settings(settings)
         return
+    if args.json:
+        print(json.dumps([design_row(d.summary()) for d in DESIGNS.values()], indent=2))
+        return
+    rows = [d.summary() for d in DESIGNS.values()]
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         print(f"{r['name']:<{width}}  {r['formula']}")
@@ -25,10 +33,21 @@ def cmd_variants(args) -> None:
         origin = f"  (plugin {r['plugin']}{version})" if r["plugin"] else ""
         options = f"  options: {', '.join(f'{k} = {v!r}' for k, v in r['options'].items())}" if r["options"] else ""
         print(f"{'':<{width}}  [{r['reference']}]{origin}{options}")
-    print("\noptions that are [model] fields (each design's flags in --json say which it takes):")
-    for setting, formula, flag in MODEL_OPTIONS:
-        takers = [d.name for d in DESIGNS.values() if takes_option(d, flag)]
-        print(f"  {setting}: {formula}\n      designs: {', '.join(takers)}")
+    print()
+    _print_settings(settings_rows(names))
+
+
+def _print_settings(settings: dict) -> None:
+    heads = {"model_options": "options that are [model] fields",
+             "norms": "norms (model.norm)",
+             "inits": "initialisations (model.init)"}
+    print("[model] settings that compose with many designs, each with the designs a config may give it "
+          "(--json: each design's row says which it takes; --settings --json: these lists)")
+    for part, rows in settings.items():
+        print(f"\n{heads[part]}:")
+        for r in rows:
+            needs = (" (with " + ", ".join(f"{k} = {v!r}" for k, v in r["needs"].items()) + ")") if r["needs"] else ""
+            print(f"  {r['setting']}: {r['formula']}\n      designs{needs}: {', '.join(r['designs']) or 'none'}")
 
 
 def cmd_model(args) -> None:
@@ -49,7 +68,11 @@ def cmd_model(args) -> None:
 
 def add_parsers(sub) -> None:
     v = sub.add_parser("variants", help="list every block design with its formula and reference")
-    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.add_argument("--json", action="store_true",
+                   help="machine-readable: one row per design, with the options, norms and inits it takes")
+    v.add_argument("--settings", action="store_true",
+                   help="only the [model] settings that compose with many designs (options, norms, inits), "
+                        "each with its formula and the designs that take it")
     v.set_defaults(func=cmd_variants, needs_torch=False)
 
     m = sub.add_parser("model", help="validate a model config and show it resolved, with parameter counts")

@@ -35,13 +35,13 @@ class ModelConfig(Typed):
     n_embd: int = 384                  # width of the residual stream
     block_size: int = 256             # longest context the model accepts
     dropout: float = 0.0              # attention-probability and branch-output dropout
-    bias: Optional[bool] = None       # biases in Linear layers and LayerNorm (design default: true; ngpt: false)
+    bias: Optional[bool] = None       # biases in Linear layers and LayerNorm (design default: true; ngpt, sdd, fixup: false)
     tie_weights: bool = True          # head shares the token-embedding matrix
     pos: Positions = "learned"        # learned absolute positions, rotary (RoPE), or none
     rope_base: float = 10000.0         # RoPE frequency base (pos = "rope")
     mlp: Optional[MLPKind] = None     # design default: gelu (ngpt: swiglu)
     mlp_ratio: float = 4.0            # hidden width / n_embd (SwiGLU: 2/3 of it, rounded to 8)
-    norm: Optional[Norm] = None       # design default: layernorm (rezero: none)
+    norm: Optional[Norm] = None       # design default: layernorm (hybridnorm, keel: rmsnorm; rezero, ngpt, skipinit, fixup, t-fixup: none)
     norm_eps: float = 1e-5             # epsilon of every norm
     init: Optional[Init] = None       # design default: gpt2 (deepnorm, fixup, t-fixup, sub-ln: their own; sas*: identity)
     init_std: float = 0.02             # std of the normal init of weights (gpt2 init scales output projections by 1/sqrt(2L))

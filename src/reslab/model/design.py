@@ -20,30 +20,6 @@ ALL_NORMS = ("layernorm", "rmsnorm", "dyt", "none", "derf", "seednorm", "rmsnorm
 STREAM_KINDS = ("single", "dual", "hyper", "ngpt", "depth", "speedrun", "altup")
 
 
-# Options that are [model] fields and compose with many designs: (setting, formula, the Design flag
-# that allows it, or a test of the design). `reslab variants` lists them after the designs.
-MODEL_OPTIONS = (
-    ("qk_norm = true", "Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per channel), before RoPE", "qk_norm"),
-    ("residual_update = \"orthogonal\"", "x + F - (<F, s x> / <s x, s x>) s x at every residual point", "learned_scales"),
-    ("xsa = \"full\" | \"gated\"", "y_i - g (<y_i, v_i> / <v_i, v_i>) v_i per head, before W_P; g = 1, or "
-     "tanh(a_h) with a_h = 0 at init (not with shaped attention)", "qk_norm"),
-    ("attn_gate = \"head\" | \"elementwise\"", "y <- y * sigmoid(x W_g + b_g) per head (one gate per head and token, "
-     "or one per head channel), x the attention's input, before W_P (gated attention, G1)", "qk_norm"),
-    ("stochastic_depth = p", "training only: layer l's branches dropped for an update with probability p_l "
-     "(rule linear: p l / L; uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)", "learned_scales"),
-    ("embed_scale = \"learned\"", "x_0 = s wte(token) (+ wpe), s one learned scalar, sqrt(C) at init (DyT's LLaMA "
-     "recipe)", lambda d: d.stream != "ngpt"),
-    ("dyt_alpha_attn, dyt_alpha_mlp, dyt_alpha_final = a", "with norm = \"dyt\" | \"derf\": the initial alpha of "
-     "N1, N2 and the final norm, each (default dyt_alpha; DyT's LLaMA recipe, 7B: 0.8, 0.2, 0.2)",
-     lambda d: d.name == "pre-ln"),
-)
-
-
-def takes_option(design: "Design", flag) -> bool:
-    """Whether a MODEL_OPTIONS entry applies to the design (its flag's value, or the entry's test)."""
-    return bool(flag(design) if callable(flag) else getattr(design, flag))
-
-
 @dataclass(frozen=True)
 class Design:
     name: str
@@ -81,14 +57,11 @@ class Design:
             raise ReslabError(f"design {self.name}: its block {self.block!r} cannot be imported ({e})") from None
 
     def summary(self) -> dict:
-        """The design as `reslab variants --json` lists it."""
+        """The design's own data; `reslab variants --json` adds what it takes (model/catalogue.py)."""
         return {"name": self.name, "formula": self.formula, "reference": self.reference,
                 "stream": self.stream, "norms": list(self.norms), "prores": self.prores,
                 "partial_residual": self.partial_residual, "per_layer": self.per_layer,
                 "learned_scales": self.learned_scales, "attention_carry": self.attention_carry,
-                "qk_norm": self.qk_norm, "xsa": self.qk_norm,
-                "residual_update": ["add", "orthogonal"] if self.learned_scales else ["add"],
-                "stochastic_depth": self.learned_scales,
                 "options": {f.name: _default_text(f) for f in dataclasses.fields(self.options)}
                 if self.options else {},
                 "plugin": self.plugin, "plugin_version": self.plugin_version}
