@@ -503,3 +503,15 @@ def test_a_damaged_tokens_per_s_in_metrics_is_skipped_when_indexing(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     row = run_row_from_folder(run)
     assert row["id"] == "abc" and row["tokens_per_s"] == 200.0
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["train", "--preset", "tiny", "--preset", "nanogpt-cpu", "--out", "{tmp}/run"], "--preset"),
+    (["assess", "pre-ln", "--scale", "smoke", "--scale", "cpu", "--plan"], "--scale"),
+    (["sample", "{tmp}/run", "--tokens", "5", "--tokens", "9"], "--tokens"),
+])
+def test_a_one_value_flag_given_twice_is_refused(tmp_path, capsys, argv, flag):
+    """argparse keeps the last of two silently: `--preset tiny --preset nanogpt-cpu` trained the second."""
+    rc, err = cli(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert_one_line(rc, err, f"{flag} given twice")
+    assert not (tmp_path / "run").exists()

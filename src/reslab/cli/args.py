@@ -14,6 +14,23 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
         raise ReslabError(f"{self.prog}: {message} (see {self.prog} --help)")
 
+    def add_argument(self, *args, **kwargs):
+        """A flag that takes one value may be given once: argparse would keep the last of two silently
+        (`--preset tiny --preset nanogpt-cpu` ran the second)."""
+        if args and str(args[0]).startswith("-") and kwargs.get("action", "store") == "store":
+            kwargs["action"] = _StoreOnce
+        return super().add_argument(*args, **kwargs)
+
+
+class _StoreOnce(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_flags_given", set())
+        if self.dest in given:
+            raise ReslabError(f"{parser.prog}: {option_string} given twice; give it once "
+                              f"(see {parser.prog} --help)")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
 
 # They raise ReslabError (not argparse's ArgumentTypeError), so that the one line names the flag
 # whichever parser they are added to (reslab's, or a plain argparse parser in a test).
