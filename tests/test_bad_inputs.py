@@ -294,6 +294,29 @@ def test_resuming_a_checkpoint_with_a_bad_state_json_is_one_line(lab, run_copy, 
     assert snapshot(run_copy) == before  # the refusal wrote nothing into the run
 
 
+@pytest.mark.parametrize("damage", ["model.safetensors", "optimizer.safetensors", "state.json"])
+def test_a_damaged_checkpoint_names_the_older_one_to_resume_from(lab, run_copy, tmp_path, capsys, damage):
+    """Checkpoints are renamed into place whole, so damage came from outside: the line says which older
+    checkpoint a resume could start from (or that there is none), and moving the damaged one away does
+    resume from it."""
+    ckpts = run_copy / "checkpoints"
+    older = ckpts / "step_00000001"
+    assert older.is_dir()  # the shared run keeps its two checkpoints
+    target = run_copy / STEP / damage
+    target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 2])
+    shutil.move(str(older), str(tmp_path / "older"))
+    rc, err = cli(capsys, "train", lab["config"], "--out", run_copy)
+    line = assert_one_line(rc, err, str(target), "the checkpoint is damaged")
+    assert line.endswith(f"(move step_00000002 out of {ckpts} to start the run afresh)")
+    shutil.move(str(tmp_path / "older"), str(older))
+    rc, err = cli(capsys, "train", lab["config"], "--out", run_copy)
+    line = assert_one_line(rc, err, str(target), "the checkpoint is damaged")
+    assert line.endswith(f"(move step_00000002 out of {ckpts} to resume from step_00000001)")
+    shutil.move(str(run_copy / STEP), str(tmp_path / "damaged"))
+    rc, err = cli(capsys, "train", lab["config"], "--out", run_copy)
+    assert rc == 0 and any("from step 1" in e for e in err), err
+
+
 def _edit_tensors(path: Path, key: str, change) -> None:
     tensors = load_file(str(path))
     tensors[key] = change(tensors[key])

@@ -288,25 +288,33 @@ def _state_problem(state, folder: Path) -> str | None:
 
 def read_checkpoint(folder: Path) -> tuple[dict, dict, dict]:
     """(state.json, model tensors, optimizer tensors) of a complete checkpoint folder; state.json is
-    checked key by key (the tensors are checked against the model when they are loaded)."""
+    checked key by key (the tensors are checked against the model when they are loaded). A file that
+    cannot be read is one ReslabError naming it and the older checkpoint a resume could start from."""
     files = {"state": folder / "state.json", "model": folder / "model.safetensors",
              "optimizer": folder / "optimizer.safetensors"}
     try:
         state = json.loads(files["state"].read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ReslabError(f"{files['state']}: cannot be read ({e})") from None
+        raise ReslabError(f"{files['state']}: cannot be read ({e}){_damaged(folder)}") from None
     problem = _state_problem(state, folder)
     if problem:
-        raise ReslabError(f"{files['state']}: {problem}; the checkpoint is damaged (move {folder.name} away "
-                          "to resume from an older one)")
+        raise ReslabError(f"{files['state']}: {problem}{_damaged(folder)}")
     tensors = {}
     for kind in ("model", "optimizer"):
         try:
             tensors[kind] = load_file(str(files[kind]))
         except (OSError, SafetensorError, ValueError, RuntimeError) as e:
             first = (str(e).splitlines() or [type(e).__name__])[0]
-            raise ReslabError(f"{files[kind]}: cannot be read as safetensors ({first})") from None
+            raise ReslabError(f"{files[kind]}: cannot be read as safetensors ({first}){_damaged(folder)}") from None
     return state, tensors["model"], tensors["optimizer"]
+
+
+def _damaged(folder: Path) -> str:
+    """What to do about a damaged checkpoint: checkpoints are written whole and renamed into place, so
+    damage came from outside, and the run may resume from the newest complete one before it."""
+    older = [p for p in complete_checkpoints(folder.parent) if p.name < folder.name]
+    then = f"resume from {older[-1].name}" if older else "start the run afresh"
+    return f"; the checkpoint is damaged (move {folder.name} out of {folder.parent} to {then})"
 
 
 def model_folder_of(path: Path, which: str = "best") -> tuple[Path, Path]:
