@@ -152,3 +152,16 @@ def test_cli_bad_input_is_one_line_error(tmp_path, argv, words):
         _cli(["probe", "--out", str(tmp_path / "x"), "--depths", "2", *argv] if "--depths" not in argv
              else ["probe", "--out", str(tmp_path / "x"), *argv])
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_exponent_with_nothing_to_fit_is_na_with_its_reason():
+    """fixup's adjacent-layer change is 0 at init (its branches start at zero): no log to fit."""
+    from reslab.probe.run import NO_FIT, fit_slope, format_table
+
+    assert math.isnan(fit_slope([1, 2, 3], [0.0, 0.0, 0.0]))
+    text = format_table([{"design": "fixup", "slope": fit_slope([1, 2, 3], [0.0, 0.0, 0.0])},
+                         {"design": "pre-ln", "slope": fit_slope([1, 2, 4], [1.0, 2.0, 4.0])}])
+    lines = text.splitlines()
+    assert lines[1].split() == ["fixup", "n/a"] and lines[2].split() == ["pre-ln", "+1.000"]
+    assert lines[-1] == NO_FIT and "nan" not in text
+    assert NO_FIT not in format_table([{"design": "pre-ln", "slope": 1.0}])

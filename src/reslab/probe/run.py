@@ -165,11 +165,23 @@ def slopes_table(rows) -> list[dict]:
     return list(table.values())
 
 
+NO_FIT = ("n/a: fewer than two positive values to fit (the quantity is 0 at init, as where a design's "
+          "branches start at zero: skipinit, fixup, rezero)")
+
+
 def format_table(table: list[dict]) -> str:
+    """The slopes as aligned text; an exponent with nothing to fit is "n/a", explained under the table."""
     if not table:
         return ""
     cols = list(dict.fromkeys(k for row in table for k in row))
-    cells = [[str(c) for c in cols]] + [[(f"{row[c]:+.3f}" if isinstance(row.get(c), float) else str(row.get(c, "")))
-                                         for c in cols] for row in table]
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:+.3f}" if math.isfinite(v) else "n/a"
+        return str(v if v is not None else "")
+    cells = [[str(c) for c in cols]] + [[cell(row.get(c)) for c in cols] for row in table]
     widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    if any(c == "n/a" for r in cells[1:] for c in r):
+        lines.append(NO_FIT)
+    return "\n".join(lines)
