@@ -368,11 +368,11 @@ def test_sinkhorn_at_init_is_pre_ln_up_to_rounding():
 # configuration
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("design, fields, field", [
-    (DESIGN, {"options": {"streams": 0}}, "model.options: streams"),
-    (DESIGN, {"options": {"streams": 65}}, "model.options: streams"),
+    (DESIGN, {"options": {"streams": 0}}, "model.options.streams:"),
+    (DESIGN, {"options": {"streams": 65}}, "model.options.streams:"),
     (DESIGN, {"options": {"streams": 1, "mixing": "sinkhorn"}}, "model.options: mixing = 'sinkhorn' needs at least 2"),
-    (DESIGN, {"options": {"sinkhorn_iters": 5}}, "model.options: sinkhorn_iters needs mixing"),
-    (DESIGN, {"options": {"mixing": "sinkhorn", "sinkhorn_iters": 0}}, "model.options: sinkhorn_iters"),
+    (DESIGN, {"options": {"sinkhorn_iters": 5}}, "model.options.sinkhorn_iters: needs mixing"),
+    (DESIGN, {"options": {"mixing": "sinkhorn", "sinkhorn_iters": 0}}, "model.options.sinkhorn_iters:"),
     (DESIGN, {"options": {"mixing": "mhc"}}, "model.options.mixing: 'mhc' is not allowed"),
     (DESIGN, {"attn_res": False}, "model.attn_res"),
     (DESIGN, {"norm": "none"}, "model.norm"),

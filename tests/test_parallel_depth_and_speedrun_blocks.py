@@ -291,11 +291,11 @@ def test_attn_res_starts_as_pre_ln_up_to_the_norms_eps(block_layers):
 
 
 @pytest.mark.parametrize("design,fields,needle", [
-    ("denseformer", {"options": {"dilation": 0}}, "model.options: dilation must be a whole number >= 1, got 0"),
+    ("denseformer", {"options": {"dilation": 0}}, "model.options.dilation: must be a whole number >= 1, got 0"),
     ("denseformer", {"options": {"period": 3}, "n_layer": 2}, "model.options.period: must be at most n_layer=2, got 3"),
     ("denseformer", {"layer_designs": {"2": "post-ln"}}, "model.layer_designs"),
     ("denseformer", {"value_residual": True}, "model.value_residual"),
-    ("attn-res", {"options": {"block_layers": -1}}, "model.options: block_layers must be a whole number >= 0"),
+    ("attn-res", {"options": {"block_layers": -1}}, "model.options.block_layers: must be a whole number >= 0"),
     ("attn-res", {"options": {"block_layers": 5}, "n_layer": 4}, "model.options.block_layers: must be at most n_layer=4"),
     ("attn-res", {"prores": "linear"}, "model.prores"),
     ("attn-res", {"attn_res": False}, "model.attn_res"),
@@ -386,7 +386,7 @@ def test_speedrun_with_every_path_off_is_pre_ln_with_a_normalised_embedding():
 
 @pytest.mark.parametrize("fields,needle", [
     ({"options": {"backout_layer": 4}, "n_layer": 4}, "model.options.backout_layer: the head subtracts"),
-    ({"options": {"backout_layer": -2}}, "model.options: backout_layer must be -1"),
+    ({"options": {"backout_layer": -2}}, "model.options.backout_layer: must be -1"),
     ({"options": {"backout": False, "backout_layer": 1}}, "model.options.backout_layer: needs backout = true"),
     ({"options": {"unet_skips": True}}, "model.options.unet_skips: unknown key"),
     ({"value_residual": True}, "model.value_residual"),

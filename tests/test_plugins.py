@@ -88,7 +88,7 @@ def test_a_design_registered_from_outside_trains_with_its_own_options(scratch_de
 @pytest.mark.parametrize("options,line", [
     ({"widht": 4}, "model.options.widht: unknown key; allowed keys are on, width"),
     ({"width": "four"}, "model.options.width: expected an integer, got 'four'"),
-    ({"width": -1}, "model.options: width must be >= 0"),
+    ({"width": -1}, "model.options.width: must be >= 0"),
 ])
 def test_bad_options_are_one_line_naming_the_key(scratch_design, options, line):
     from reslab.model.blocks.pre_norm import PreLNBlock

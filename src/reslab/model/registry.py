@@ -378,7 +378,11 @@ def _resolved_options(cfg: ModelConfig, d: Design, errors: list[str]) -> dict:
             errors.extend(e.errors)
             continue
         except (ValueError, TypeError) as e:  # the options dataclass's own __post_init__ checks
-            errors.append(f"model.options: {' '.join(str(e).split()) or type(e).__name__}")
+            text = " ".join(str(e).split()) or type(e).__name__
+            key, _, rest = text.partition(" ")
+            # "backout_layer must be ..." names its key, as from_dict's own checks do: model.options.KEY
+            named = key in fields_of[x.name] and rest and not rest.startswith("=")
+            errors.append(f"model.options.{key}: {rest}" if named else f"model.options: {text}")
             continue
         if hasattr(opts, "filled"):  # defaults that depend on the rest of the config (mix-ln's post_layers)
             opts = opts.filled(cfg)
