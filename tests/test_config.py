@@ -194,3 +194,14 @@ def test_variants_says_what_each_design_takes_as_resolve_decides(capsys):
     text = capsys.readouterr().out
     assert 'norm = "seednorm": y = (tanh(x . beta) * alpha + gamma)' in text
     assert 'init = "ds-init"' in text and "designs (with norm = 'none'):" in text
+
+
+def test_a_refused_norm_is_one_line_not_a_cascade():
+    """speedrun-lambdas normalises its embedding by default; refusing norm = 'none' is the one problem
+    (a second line about embed_norm, a field the user never set, followed before)."""
+    with pytest.raises(ConfigError) as e:
+        resolve(ModelConfig(design="speedrun-lambdas", norm="none"))
+    assert len(e.value.errors) == 1 and e.value.errors[0].startswith("model.norm: speedrun-lambdas allows")
+    with pytest.raises(ConfigError) as e:  # where the norm is allowed, the embedding norm's own line stays
+        resolve(ModelConfig(design="pre-ln", norm="none", embed_norm=True))
+    assert e.value.errors == ["model.embed_norm: there is no norm to apply (norm = 'none')"]

@@ -202,7 +202,7 @@ def _refusals(cfg: ModelConfig, d: Design, given: ModelConfig, run_check: bool =
     if given.embed_norm and d.stream == "dual":
         errors.append(f"model.embed_norm: {d.name} feeds the embedding to both streams unnormalised; "
                       "it has no embedding norm")
-    if cfg.embed_norm and cfg.norm == "none":
+    if cfg.embed_norm and cfg.norm == "none" and cfg.norm in d.norms:  # else the norm's line says it
         errors.append("model.embed_norm: there is no norm to apply (norm = 'none')")
     if cfg.gain_mode == "init" and cfg.vp_identity:
         errors.append("model.gain_mode: 'init' scales the branches' output weights, and with "
