@@ -171,8 +171,12 @@ def test_checkpoint_interval_is_honoured_between_evaluations(tmp_path, corpus):
 def test_a_folder_holding_another_config_is_refused(tmp_path, corpus, capsys):
     cfg = _write_toml(tmp_path / "a.toml", tiny_run(corpus, tmp_path / "c"))
     assert main(["train", str(cfg), "--out", str(tmp_path / "r")]) == 0
-    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "train.steps=40"]) == 2
-    assert "holds a run with a different config" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "train.steps=40",
+                 "--set", "model.dropout=0.25"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds a run with a different config (model.dropout: " in err and "0.25 asked" in err
+    assert "train.steps: " in err and ", 40 asked)" in err  # what changed, named
 
 
 def test_checkpoints_keep_last_k_and_best(tmp_path, corpus):

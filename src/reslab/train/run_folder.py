@@ -77,8 +77,10 @@ class RunFolder:
                 raise ReslabError(f"{self.config_path}: not valid JSON; move the folder away or repair it") from None
             from .config import canonical  # a field added by a later reslab, at its default, is no change
 
-            if not isinstance(existing.get("config"), dict) or canonical(existing["config"]) != canonical(config):
-                raise ReslabError(f"{self.path}: holds a run with a different config; choose another "
+            held = existing.get("config")
+            if not isinstance(held, dict) or canonical(held) != canonical(config):
+                differs = _differences(canonical(held), canonical(config)) if isinstance(held, dict) else ""
+                raise ReslabError(f"{self.path}: holds a run with a different config{differs}; choose another "
                                   "--out folder (or delete this one) to start a new run")
             return True
         self.path.mkdir(parents=True, exist_ok=True)
@@ -128,3 +130,25 @@ class RunFolder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def _differences(held: dict, asked: dict, most: int = 3) -> str:
+    """" (train.steps: 6 in the folder, 9 asked; ...)": the first fields where two canonical configs
+    differ, so the refusal says what changed (a field at its default is absent from both forms)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    a, b = flat(held), flat(asked)
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k, "default") != b.get(k, "default")]
+    if not keys:
+        return ""
+    shown = "; ".join(f"{k}: {a.get(k, 'default')!r} in the folder, {b.get(k, 'default')!r} asked"
+                      for k in keys[:most])
+    return f" ({shown}{f'; {len(keys) - most} more' if len(keys) > most else ''})"
+
