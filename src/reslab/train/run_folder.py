@@ -132,6 +132,9 @@ class RunFolder:
             self._lock = None
 
 
+_DEFAULT = object()
+
+
 def _differences(held: dict, asked: dict, most: int = 3) -> str:
     """" (train.steps: 6 in the folder, 9 asked; ...)": the first fields where two canonical configs
     differ, so the refusal says what changed (a field at its default is absent from both forms)."""
@@ -145,10 +148,12 @@ def _differences(held: dict, asked: dict, most: int = 3) -> str:
         return out
 
     a, b = flat(held), flat(asked)
-    keys = [k for k in sorted(set(a) | set(b)) if a.get(k, "default") != b.get(k, "default")]
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k, _DEFAULT) != b.get(k, _DEFAULT)]
     if not keys:
         return ""
-    shown = "; ".join(f"{k}: {a.get(k, 'default')!r} in the folder, {b.get(k, 'default')!r} asked"
-                      for k in keys[:most])
+
+    def text(d: dict, k: str) -> str:
+        return "its default" if k not in d else repr(d[k])
+    shown = "; ".join(f"{k}: {text(a, k)} in the folder, {text(b, k)} asked" for k in keys[:most])
     return f" ({shown}{f'; {len(keys) - most} more' if len(keys) > most else ''})"
 
