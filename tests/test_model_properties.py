@@ -178,3 +178,20 @@ def test_rope_is_relative_positions_only():
 def test_sequence_longer_than_block_size_is_refused():
     with pytest.raises(ValueError, match="block_size"):
         GPT(small())(tokens(T=17))
+
+
+@pytest.mark.parametrize("design,tables", [
+    ("altup", lambda L: 65 * 32),                   # the wider token table, (K - 1) x C = 32 wide at K = 2
+    ("speedrun", lambda L: ((L + 1) // 2) * 65 * 32),  # a value embedding on every other layer
+])
+def test_a_designs_own_token_tables_count_as_embedding(design, tables):
+    """A scaling law's N leaves lookup tables out: AltUp's wider token table and the speedrun's value
+    embeddings are tables too (counted as non-embedding before 2026-12-07)."""
+    L = 4
+    model = GPT(small(design, n_layer=L))
+    counts = model.param_counts()
+    own = sum(m.weight.numel() for name, m in model.named_modules()
+              if isinstance(m, torch.nn.Embedding) and name not in ("wte", "wpe"))
+    assert own == tables(L) > 0
+    assert counts["embedding"] == 65 * 32 + 16 * 32 + own
+    assert counts["non_embedding"] == counts["total"] - counts["embedding"]

@@ -210,11 +210,12 @@ class GPT(nn.Module):
 
     # ---- sizes -----------------------------------------------------------------------------------
     def param_counts(self) -> dict[str, int]:
-        """total; embedding = wte + wpe (+ head when untied); non_embedding = the rest."""
+        """total; embedding = every token or position table (wte, wpe, and a design's own: AltUp's wider
+        token table, the speedrun's value embeddings) + the head when untied; non_embedding = the rest,
+        the N of a scaling law (Kaplan et al. 2020 leave lookup tables out of it)."""
         total = sum(p.numel() for p in self.parameters())  # a tied head is counted once
-        embedding = self.wte.weight.numel()
-        if self.wpe is not None:
-            embedding += self.wpe.weight.numel()
+        tables = {id(m.weight): m.weight.numel() for m in self.modules() if isinstance(m, nn.Embedding)}
+        embedding = sum(tables.values())
         if not self.config.tie_weights:
             embedding += self.lm_head.weight.numel()
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
