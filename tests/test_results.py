@@ -94,6 +94,23 @@ def test_compare_writes_the_sweep_report_for_any_runs(trained, capsys):
     assert table["post-ln"]["best"]["mean"] == pytest.approx(means["post-ln"])
     folder = root / "store" / "reports"
     assert any((p / "report.html").is_file() for p in folder.iterdir())
+    assert not any("Besides model.design" in n for n in report["notes"])  # the runs differ in nothing else
+
+
+def test_compare_notes_what_else_differs_between_the_runs(trained, capsys):
+    """Runs that differ in more than the grouping field are compared, with a note naming the fields."""
+    root, runs = trained
+    corpus = root / "corpus.txt"
+    cfg = tiny_run(corpus, root / "cache", **{"model.design": "sandwich-ln", "train.seed": 1, "train.steps": 10,
+                                              "model.dropout": 0.0, "model.n_layer": 3})
+    (root / "deep.toml").write_text(tomli_w.dumps(cfg))
+    assert main(["train", str(root / "deep.toml"), "--out", str(root / "runs" / "deep")]) == 0
+    capsys.readouterr()
+    pair = [str(runs[("pre-ln", 1)]), str(runs[("pre-ln", 2)]), str(root / "runs" / "deep")]
+    assert main(["compare", *pair, "--store", str(root / "store"), "--format", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    (note,) = [n for n in notes if n.startswith("Besides model.design and the seed")]
+    assert "model.n_layer (pre-ln: 2; sandwich-ln: 3)" in note and "model.dropout" not in note
 
 
 def test_compare_groups_by_a_field_and_refuses_ambiguous_groups(trained, capsys):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ReslabError
 from ..fileio import read_json
-from ..spec.schema import SweepSpec
+from ..spec.schema import ReportOptions, SweepSpec
 
 SCALE = "compare"
 
@@ -96,8 +96,30 @@ def compare(targets: list[str], store, by: str = "model.design", baseline: str |
         planned.append({"variant": group, "scale": SCALE, "grid": {}, "seed": seed, "id": run_id,
                         "label": folder.name})
     seeds = sorted({m[4] for m in members})
+    other = _other_differences([(group, flatten(config)) for _, config, _, group, _ in members], by)
     spec = SweepSpec(name=name, seeds=seeds, variants={g: {} for g in groups}, baseline=baseline,
                      description=f"{len(members)} runs grouped by {by}: {', '.join(groups)}",
-                     question=f"How do the runs compare, grouped by {by}?")  # a record every report reads alike
+                     question=f"How do the runs compare, grouped by {by}?",  # a record every report reads alike
+                     report=ReportOptions(notes=[other] if other else []))
     store.save_spec(name, {"spec": spec.to_dict(), "runs": planned, "source": "reslab compare", "by": by})
     return build_report(store, name, scale=SCALE, out_dir=out_dir, probe=False)
+
+
+def _other_differences(runs: list[tuple[str, dict]], by: str, most: int = 6) -> str:
+    """A note naming the config fields, besides `by` and the seed, in which the compared runs differ
+    (n_layer, dropout, a tuned rate): a row's difference to the baseline is then theirs too."""
+    fields = sorted({k for _, f in runs for k in f} - {by, "train.seed"})
+    differing = []
+    for key in fields:
+        values = {repr(f.get(key)) for _, f in runs}
+        if len(values) > 1:
+            by_group: dict[str, set] = {}
+            for group, f in runs:
+                by_group.setdefault(group, set()).add(repr(f.get(key)))
+            differing.append(f"{key} ({'; '.join(f'{g}: ' + ', '.join(sorted(v)) for g, v in by_group.items())})")
+    if not differing:
+        return ""
+    more = f", and {len(differing) - most} more" if len(differing) > most else ""
+    return (f"Besides {by} and the seed, these runs differ in {', '.join(differing[:most])}{more}: a row's "
+            "difference to the baseline is not the grouping's alone.")
+
