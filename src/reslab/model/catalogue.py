@@ -23,23 +23,25 @@ from .design import ALL_NORMS
 # (key in a design's --json row, setting as written in a config, formula, the fields set to ask resolve
 # whether a design takes it). `reslab variants` lists them after the designs, with the designs taking each.
 MODEL_OPTIONS = (
-    ("qk_norm", "qk_norm = true", "Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per channel), before RoPE",
-     {"qk_norm": True}),
-    ("residual_update", "residual_update = \"orthogonal\"", "x + F - (<F, s x> / <s x, s x>) s x at every residual point",
-     {"residual_update": "orthogonal"}),
-    ("xsa", "xsa = \"full\" | \"gated\"", "y_i - g (<y_i, v_i> / <v_i, v_i>) v_i per head, before W_P; g = 1, or "
-     "tanh(a_h) with a_h = 0 at init (not with shaped attention)", {"xsa": "full"}),
-    ("attn_gate", "attn_gate = \"head\" | \"elementwise\"", "y <- y * sigmoid(x W_g + b_g) per head (one gate per head and "
-     "token, or one per head channel), x the attention's input, before W_P (gated attention, G1)",
-     {"attn_gate": "head"}),
-    ("stochastic_depth", "stochastic_depth = p", "training only: layer l's branches dropped for an update with probability p_l "
-     "(rule linear: p l / L; uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)",
-     {"stochastic_depth": 0.1}),
-    ("embed_scale", "embed_scale = \"learned\"", "x_0 = s wte(token) (+ wpe), s one learned scalar, sqrt(C) at init (DyT's "
-     "LLaMA recipe)", {"embed_scale": "learned"}),
-    ("dyt_alpha_recipe", "dyt_alpha_attn, dyt_alpha_mlp, dyt_alpha_final = a", "with norm = \"dyt\" | \"derf\": the initial alpha of "
-     "N1, N2 and the final norm, each (default dyt_alpha; DyT's LLaMA recipe, 7B: 0.8, 0.2, 0.2)",
-     {"norm": "dyt", "dyt_alpha_attn": 0.8}),
+    ("qk_norm", "qk_norm = true",
+     "Q, K <- RMSNorm(Q), RMSNorm(K) per head (a gain per channel), before RoPE", {"qk_norm": True}),
+    ("residual_update", "residual_update = \"orthogonal\"",
+     "x + F - (<F, s x> / <s x, s x>) s x at every residual point", {"residual_update": "orthogonal"}),
+    ("xsa", "xsa = \"full\" | \"gated\"",
+     "y_i - g (<y_i, v_i> / <v_i, v_i>) v_i per head, before W_P; g = 1, or tanh(a_h) with a_h = 0 at init "
+     "(not with shaped attention)", {"xsa": "full"}),
+    ("attn_gate", "attn_gate = \"head\" | \"elementwise\"",
+     "y <- y * sigmoid(x W_g + b_g) per head (one gate per head and token, or one per head channel), x the "
+     "attention's input, before W_P (gated attention, G1)", {"attn_gate": "head"}),
+    ("stochastic_depth", "stochastic_depth = p",
+     "training only: layer l's branches dropped for an update with probability p_l (rule linear: p l / L; "
+     "uniform: p), kept ones times 1 / (1 - p_l); drawn from (seed, update)", {"stochastic_depth": 0.1}),
+    ("embed_scale", "embed_scale = \"learned\"",
+     "x_0 = s wte(token) (+ wpe), s one learned scalar, sqrt(C) at init (DyT's LLaMA recipe)",
+     {"embed_scale": "learned"}),
+    ("dyt_alpha_recipe", "dyt_alpha_attn, dyt_alpha_mlp, dyt_alpha_final = a",
+     "with norm = \"dyt\" | \"derf\": the initial alpha of N1, N2 and the final norm, each (default dyt_alpha; "
+     "DyT's LLaMA recipe, 7B: 0.8, 0.2, 0.2)", {"norm": "dyt", "dyt_alpha_attn": 0.8}),
 )
 
 # model.norm: the formulas of model/norms.py (its docstring has the readings and references).
