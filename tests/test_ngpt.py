@@ -316,7 +316,7 @@ def test_stacked_seeds_equal_separate_runs(tmp_path):
     (dict(init="xavier"), "init"),
     (dict(branch_gain=2.0), "branch_gain"),
     (dict(layer_designs={"1": "pre-ln"}), "layer_designs"),
-    (dict(options={"alpha_init": 0.0}), "options: alpha_init must be positive"),
+    (dict(options={"alpha_init": 0.0}), "options.alpha_init: must be positive"),
 ])
 def test_refusals_name_the_field(fields, field):
     with pytest.raises(ConfigError) as info:
