@@ -473,7 +473,8 @@ def _all_named(r: dict, rows: dict[str, str]) -> bool:
 
 def _unsettle(r: dict, unheld: dict[str, str], key: str = "unheld") -> None:
     """Inconclusive when a row of the claim is not its design at its own best rate (key "unheld"),
-    or, for a trend, a rung's row ended too close to the bigram level to be compared (key "shallow")."""
+    or a row ended too close to the bigram level to be compared (key "shallow": a trend's rung, or
+    every row of a difference or spread claim; evaluate_claims decides which)."""
     names = [n for cell in r.get("rows") or [] for n in cell if n in unheld]
     if not names or r.get("verdict") == NOT_TESTED or r.get("unheld"):
         return

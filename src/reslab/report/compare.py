@@ -122,4 +122,3 @@ def _other_differences(runs: list[tuple[str, dict]], by: str, most: int = 6) -> 
     more = f", and {len(differing) - most} more" if len(differing) > most else ""
     return (f"Besides {by} and the seed, these runs differ in {', '.join(differing[:most])}{more}: a row's "
             "difference to the baseline is not the grouping's alone.")
-

@@ -156,4 +156,3 @@ def _differences(held: dict, asked: dict, most: int = 3) -> str:
         return "its default" if k not in d else repr(d[k])
     shown = "; ".join(f"{k}: {text(a, k)} in the folder, {text(b, k)} asked" for k in keys[:most])
     return f" ({shown}{f'; {len(keys) - most} more' if len(keys) > most else ''})"
-
