@@ -138,9 +138,16 @@ _DEFAULT = object()
 def _differences(held: dict, asked: dict, most: int = 3) -> str:
     """" (train.steps: 6 in the folder, 9 asked; ...)": the first fields where two canonical configs
     differ, so the refusal says what changed (a field at its default is absent from both forms)."""
-    from ..results import flatten  # the flattened field names `reslab runs` and load_runs use
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
 
-    a, b = flatten(held), flatten(asked)
+    a, b = flat(held), flat(asked)
     keys = [k for k in sorted(set(a) | set(b)) if a.get(k, _DEFAULT) != b.get(k, _DEFAULT)]
     if not keys:
         return ""
